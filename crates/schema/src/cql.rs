@@ -1,0 +1,130 @@
+//! CQL DDL generated from the declarations, for Cassandra 4/5 and ScyllaDB.
+
+use std::fmt::Write as _;
+
+use crate::model::{ColumnKind, Compaction, Order, TableDef};
+
+/// Which server speaks the CQL: keyspace options differ between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Cassandra,
+    /// ScyllaDB before 2025.4 rejects lightweight transactions on tablet
+    /// keyspaces, and revstore depends on them: its keyspaces turn tablets off.
+    Scylla,
+}
+
+/// Keyspace replication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replication {
+    /// One replication factor, for single-datacenter and test clusters.
+    Simple { factor: u32 },
+    /// A factor per datacenter, for production.
+    NetworkTopology { datacenters: Vec<(String, u32)> },
+}
+
+/// Double-quotes an identifier, so CQL keywords are safe as names.
+pub fn quote(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
+
+pub fn create_keyspace(keyspace: &str, replication: &Replication, flavor: Flavor) -> String {
+    let replication = match replication {
+        Replication::Simple { factor } => format!("{{'class': 'SimpleStrategy', 'replication_factor': {factor}}}"),
+        Replication::NetworkTopology { datacenters } => {
+            let dcs: Vec<String> = datacenters.iter().map(|(dc, rf)| format!("'{}': {rf}", dc.replace('\'', "''"))).collect();
+            format!("{{'class': 'NetworkTopologyStrategy', {}}}", dcs.join(", "))
+        }
+    };
+    let mut ddl = format!("CREATE KEYSPACE IF NOT EXISTS {} WITH replication = {replication}", quote(keyspace));
+    if flavor == Flavor::Scylla {
+        ddl.push_str(" AND tablets = {'enabled': false}");
+    }
+    ddl
+}
+
+/// `CREATE TABLE IF NOT EXISTS` for one declaration.
+pub fn create_table(keyspace: &str, table: &TableDef) -> String {
+    let mut ddl = format!("CREATE TABLE IF NOT EXISTS {}.{} (\n", quote(keyspace), quote(table.name));
+    for c in table.columns {
+        let statik = if c.kind == ColumnKind::Static { " static" } else { "" };
+        let _ = writeln!(ddl, "    {} {}{statik},", quote(c.name), c.ty.cql());
+    }
+    let partition: Vec<String> = table.partition_key().map(|c| quote(c.name)).collect();
+    let clustering: Vec<String> = table.clustering().map(|(c, _)| quote(c.name)).collect();
+    let mut key = format!("({})", partition.join(", "));
+    for c in &clustering {
+        key.push_str(", ");
+        key.push_str(c);
+    }
+    let _ = write!(ddl, "    PRIMARY KEY ({key})\n)");
+    let mut options = Vec::new();
+    let orders: Vec<String> = table
+        .clustering()
+        .map(|(c, order)| format!("{} {}", quote(c.name), if order == Order::Asc { "ASC" } else { "DESC" }))
+        .collect();
+    if !orders.is_empty() {
+        options.push(format!("CLUSTERING ORDER BY ({})", orders.join(", ")));
+    }
+    if let Some(ttl) = table.default_ttl {
+        options.push(format!("default_time_to_live = {ttl}"));
+    }
+    options.push(format!(
+        "compaction = {{'class': '{}'}}",
+        match table.compaction {
+            Compaction::SizeTiered => "SizeTieredCompactionStrategy",
+            Compaction::Leveled => "LeveledCompactionStrategy",
+            Compaction::TimeWindow => "TimeWindowCompactionStrategy",
+        }
+    ));
+    options.push(format!("comment = '{}'", table.comment.replace('\'', "''")));
+    let _ = write!(ddl, " WITH {}", options.join("\n    AND "));
+    ddl
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::{current_store, old_store};
+
+    #[test]
+    fn current_table_ddl() {
+        assert_eq!(
+            create_table("revstore", &current_store::CURRENT),
+            r#"CREATE TABLE IF NOT EXISTS "revstore"."current" (
+    "domain" text,
+    "title" text,
+    "rev" bigint,
+    "tid" timeuuid,
+    "html" blob,
+    "data_parsoid" blob,
+    "section_offsets" blob,
+    PRIMARY KEY (("domain", "title"), "rev")
+) WITH CLUSTERING ORDER BY ("rev" DESC)
+    AND compaction = {'class': 'LeveledCompactionStrategy'}
+    AND comment = 'latest render of the latest revision per title (seed 000 option 1b)'"#
+        );
+    }
+
+    #[test]
+    fn statics_ttl_and_composite_keys() {
+        let meta = create_table("ks", &old_store::ARCHIVE_META);
+        assert!(meta.contains("\"rev_count\" bigint static,"), "{meta}");
+        assert!(meta.contains("PRIMARY KEY ((\"domain\", \"title\"), \"rev\", \"tid\")"), "{meta}");
+        let by_tid = create_table("ks", &current_store::BY_TID);
+        assert!(by_tid.contains("PRIMARY KEY ((\"domain\", \"title\", \"rev\", \"tid\"))"), "{by_tid}");
+        assert!(by_tid.contains("default_time_to_live = 86400"), "{by_tid}");
+        assert!(!by_tid.contains("CLUSTERING ORDER"), "{by_tid}");
+    }
+
+    #[test]
+    fn keyspace_ddl_branches_on_the_server() {
+        let simple = Replication::Simple { factor: 1 };
+        assert_eq!(
+            create_keyspace("rs", &simple, Flavor::Cassandra),
+            r#"CREATE KEYSPACE IF NOT EXISTS "rs" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"#
+        );
+        assert!(create_keyspace("rs", &simple, Flavor::Scylla).ends_with("AND tablets = {'enabled': false}"));
+        let nts = Replication::NetworkTopology { datacenters: vec![("eqiad".into(), 3), ("codfw".into(), 3)] };
+        assert!(create_keyspace("rs", &nts, Flavor::Cassandra).contains("'NetworkTopologyStrategy', 'eqiad': 3, 'codfw': 3"));
+    }
+}

@@ -1,0 +1,302 @@
+//! The tables of each service. A change here changes the schema fingerprint; the
+//! test in [`crate::version`] then asks for a new [`crate::SCHEMA_VERSION`].
+
+use crate::model::ColumnType::{BigInt, Blob, Text, TimeUuid, Timestamp};
+use crate::model::{Column as C, Compaction, Order, TableDef};
+
+/// A week, Cassandra's usual bound for rows that only expire.
+const WEEK: u32 = 7 * 86_400;
+
+/// Schema bookkeeping shared by all services: which version each one applied.
+pub mod meta {
+    use super::*;
+
+    pub static SCHEMA_META: TableDef = TableDef {
+        name: "schema_meta",
+        columns: &[
+            C::partition("component", Text),
+            C::regular("version", BigInt),
+            C::regular("fingerprint", Text),
+            C::regular("applied_at", Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "schema version applied per component; services refuse to serve on a mismatch",
+    };
+}
+
+/// current-store: seed 000, option 1b with copy-on-update.
+pub mod current_store {
+    use super::*;
+
+    /// The latest render of each revision a title still has here. Clustered by
+    /// revision descending so an older revision can never shadow a newer one;
+    /// cells are written with the tid's time as write timestamp, so re-renders of
+    /// one revision resolve by render time whatever order they arrive in.
+    pub static CURRENT: TableDef = TableDef {
+        name: "current",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::clustering("rev", BigInt, Order::Desc),
+            C::regular("tid", TimeUuid),
+            C::regular("html", Blob),
+            C::regular("data_parsoid", Blob),
+            C::regular("section_offsets", Blob),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "latest render of the latest revision per title (seed 000 option 1b)",
+    };
+
+    /// The latest render of a given revision, kept for the grace TTL after it is
+    /// superseded (copy-on-update).
+    pub static BY_REV: TableDef = TableDef {
+        name: "by_rev",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::partition("rev", BigInt),
+            C::regular("tid", TimeUuid),
+            C::regular("html", Blob),
+            C::regular("data_parsoid", Blob),
+            C::regular("section_offsets", Blob),
+        ],
+        default_ttl: Some(86_400),
+        compaction: Compaction::TimeWindow,
+        comment: "latest render per revision, kept for the grace TTL after being superseded",
+    };
+
+    /// A given render of a given revision, kept for the grace TTL.
+    pub static BY_TID: TableDef = TableDef {
+        name: "by_tid",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::partition("rev", BigInt),
+            C::partition("tid", TimeUuid),
+            C::regular("html", Blob),
+            C::regular("data_parsoid", Blob),
+            C::regular("section_offsets", Blob),
+        ],
+        default_ttl: Some(86_400),
+        compaction: Compaction::TimeWindow,
+        comment: "each render by tid, kept for the grace TTL after being superseded",
+    };
+
+    /// Revisions hidden by suppression: never served again.
+    pub static SUPPRESSED: TableDef = TableDef {
+        name: "suppressed",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::clustering("rev", BigInt, Order::Asc),
+            C::regular("suppressed_at", Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "suppressed (hidden) revisions per title",
+    };
+
+    /// Durable hand-offs (to old-store, to the dependency graph), written in the
+    /// same atomic batch as the render they describe and removed once delivered.
+    pub static OUTBOX: TableDef = TableDef {
+        name: "outbox",
+        columns: &[
+            C::partition("shard", BigInt),
+            C::clustering("id", TimeUuid, Order::Asc),
+            C::regular("kind", Text),
+            C::regular("domain", Text),
+            C::regular("title", Text),
+            C::regular("rev", BigInt),
+            C::regular("tid", TimeUuid),
+            C::regular("payload", Blob),
+            C::regular("attempts", BigInt),
+        ],
+        default_ttl: Some(4 * WEEK),
+        compaction: Compaction::Leveled,
+        comment: "pending deliveries to old-store and the dependency graph",
+    };
+
+    pub static TABLES: [&TableDef; 5] = [&CURRENT, &BY_REV, &BY_TID, &SUPPRESSED, &OUTBOX];
+}
+
+/// old-store: seed 002, compression blocks and a metadata table.
+pub mod old_store {
+    use super::*;
+
+    /// One skinny row per archived render, naming the block that holds it. The
+    /// static `rev_count` is the per-title counter blocks are allocated from.
+    pub static ARCHIVE_META: TableDef = TableDef {
+        name: "archive_meta",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::clustering("rev", BigInt, Order::Asc),
+            C::clustering("tid", TimeUuid, Order::Asc),
+            C::statik("rev_count", BigInt),
+            C::regular("block", BigInt),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "which compression block holds each archived render (seed 002)",
+    };
+
+    /// Compression blocks. A sealed block is the static `sealed` blob; while a
+    /// block is open, its renders are clustering rows compressed one by one.
+    pub static ARCHIVE_BLOCKS: TableDef = TableDef {
+        name: "archive_blocks",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::partition("block", BigInt),
+            C::clustering("rev", BigInt, Order::Asc),
+            C::clustering("tid", TimeUuid, Order::Asc),
+            C::statik("sealed", Blob),
+            C::regular("content", Blob),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "multi-revision zstd compression blocks (seed 002)",
+    };
+
+    pub static TABLES: [&TableDef; 2] = [&ARCHIVE_META, &ARCHIVE_BLOCKS];
+}
+
+/// dependency-graph: seed 004, adjacency lists in both directions.
+pub mod dependency_graph {
+    use super::*;
+
+    const EDGE_ATTRIBUTES: [C; 5] = [
+        C::regular("parent_selector", Text),
+        C::regular("child_selector", Text),
+        C::regular("needs_update", Timestamp),
+        C::regular("last_updated", Timestamp),
+        C::regular("created", Timestamp),
+    ];
+
+    /// What a page depends on, pull-first (priority ascending).
+    pub static DEPENDENCIES: TableDef = TableDef {
+        name: "dependencies",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("child", Text),
+            C::clustering("priority", BigInt, Order::Asc),
+            C::clustering("dep_type", Text, Order::Asc),
+            C::clustering("parent", Text, Order::Asc),
+            EDGE_ATTRIBUTES[0],
+            EDGE_ATTRIBUTES[1],
+            EDGE_ATTRIBUTES[2],
+            EDGE_ATTRIBUTES[3],
+            EDGE_ATTRIBUTES[4],
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "dependencies of each page, priority ascending (seed 004)",
+    };
+
+    /// What depends on a page, push-first (priority descending).
+    pub static BY_PARENT: TableDef = TableDef {
+        name: "by_parent",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("parent", Text),
+            C::partition("dep_type", Text),
+            C::clustering("priority", BigInt, Order::Desc),
+            C::clustering("child", Text, Order::Asc),
+            EDGE_ATTRIBUTES[0],
+            EDGE_ATTRIBUTES[1],
+            EDGE_ATTRIBUTES[2],
+            EDGE_ATTRIBUTES[3],
+            EDGE_ATTRIBUTES[4],
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "dependents of each page by type, priority descending (seed 004)",
+    };
+
+    pub static TABLES: [&TableDef; 2] = [&DEPENDENCIES, &BY_PARENT];
+}
+
+/// janitor: resumable sweeps and a lease so two runs never overlap.
+pub mod janitor {
+    use super::*;
+
+    pub static CHECKPOINTS: TableDef = TableDef {
+        name: "janitor_checkpoints",
+        columns: &[
+            C::partition("job", Text),
+            C::regular("cursor", Text),
+            C::regular("run_id", TimeUuid),
+            C::regular("updated_at", Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "where each janitor sweep resumes",
+    };
+
+    pub static LEASES: TableDef = TableDef {
+        name: "janitor_leases",
+        columns: &[C::partition("name", Text), C::regular("owner", Text), C::regular("acquired_at", Timestamp)],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "mutual exclusion of janitor runs (conditional insert with a TTL)",
+    };
+
+    pub static TABLES: [&TableDef; 2] = [&CHECKPOINTS, &LEASES];
+}
+
+/// Every table, in a stable order.
+pub static ALL_TABLES: [&TableDef; 12] = [
+    &meta::SCHEMA_META,
+    &current_store::CURRENT,
+    &current_store::BY_REV,
+    &current_store::BY_TID,
+    &current_store::SUPPRESSED,
+    &current_store::OUTBOX,
+    &old_store::ARCHIVE_META,
+    &old_store::ARCHIVE_BLOCKS,
+    &dependency_graph::DEPENDENCIES,
+    &dependency_graph::BY_PARENT,
+    &janitor::CHECKPOINTS,
+    &janitor::LEASES,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_declaration_is_valid_and_names_are_unique() {
+        let mut names = std::collections::HashSet::new();
+        for t in ALL_TABLES {
+            t.validate().unwrap();
+            assert!(names.insert(t.name), "table {} declared twice", t.name);
+        }
+    }
+
+    #[test]
+    fn validation_catches_bad_declarations() {
+        static NO_PK: TableDef =
+            TableDef { name: "t", columns: &[C::regular("a", Text)], default_ttl: None, compaction: Compaction::SizeTiered, comment: "" };
+        static STATIC_NO_CK: TableDef = TableDef {
+            name: "t",
+            columns: &[C::partition("a", Text), C::statik("s", Text)],
+            default_ttl: None,
+            compaction: Compaction::SizeTiered,
+            comment: "",
+        };
+        static OUT_OF_ORDER: TableDef = TableDef {
+            name: "t",
+            columns: &[C::partition("a", Text), C::regular("b", Text), C::clustering("c", Text, Order::Asc)],
+            default_ttl: None,
+            compaction: Compaction::SizeTiered,
+            comment: "",
+        };
+        static BAD_NAME: TableDef =
+            TableDef { name: "T-1", columns: &[C::partition("a", Text)], default_ttl: None, compaction: Compaction::SizeTiered, comment: "" };
+        for t in [&NO_PK, &STATIC_NO_CK, &OUT_OF_ORDER, &BAD_NAME] {
+            assert!(t.validate().is_err(), "{t:?}");
+        }
+    }
+}
