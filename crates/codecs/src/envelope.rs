@@ -21,7 +21,9 @@ const HEADER_LEN: usize = 6;
 pub enum Compression {
     None,
     /// zstd at the given level (1-22; 3 is zstd's default).
-    Zstd { level: i32 },
+    Zstd {
+        level: i32,
+    },
 }
 
 impl Compression {

@@ -58,10 +58,8 @@ pub fn create_table(keyspace: &str, table: &TableDef) -> String {
     }
     let _ = write!(ddl, "    PRIMARY KEY ({key})\n)");
     let mut options = Vec::new();
-    let orders: Vec<String> = table
-        .clustering()
-        .map(|(c, order)| format!("{} {}", quote(c.name), if order == Order::Asc { "ASC" } else { "DESC" }))
-        .collect();
+    let orders: Vec<String> =
+        table.clustering().map(|(c, order)| format!("{} {}", quote(c.name), if order == Order::Asc { "ASC" } else { "DESC" })).collect();
     if !orders.is_empty() {
         options.push(format!("CLUSTERING ORDER BY ({})", orders.join(", ")));
     }

@@ -293,8 +293,13 @@ mod tests {
             compaction: Compaction::SizeTiered,
             comment: "",
         };
-        static BAD_NAME: TableDef =
-            TableDef { name: "T-1", columns: &[C::partition("a", Text)], default_ttl: None, compaction: Compaction::SizeTiered, comment: "" };
+        static BAD_NAME: TableDef = TableDef {
+            name: "T-1",
+            columns: &[C::partition("a", Text)],
+            default_ttl: None,
+            compaction: Compaction::SizeTiered,
+            comment: "",
+        };
         for t in [&NO_PK, &STATIC_NO_CK, &OUT_OF_ORDER, &BAD_NAME] {
             assert!(t.validate().is_err(), "{t:?}");
         }

@@ -1,1 +1,36 @@
-//! placeholder
+//! The wide-column store every revstore service is written against.
+//!
+//! One model, Cassandra's: tables with a partition key, ordered clustering
+//! columns, static and regular columns; cells with a write timestamp (last write
+//! wins) and an optional TTL; row, range and partition deletes that shadow older
+//! writes; conditional writes; atomic batches; token-ordered partition scans.
+//! Each engine implements [`Engine`]; services hold a [`Store`], which validates
+//! every request against the table declarations before an engine sees it.
+//!
+//! # Layout
+//! - [`value`]: cell values, rows, and their byte encodings.
+//! - [`ops`]: the requests (writes, reads, conditional writes, scans) and their results.
+//! - [`store`]: the [`Engine`] trait, the [`Store`] handle and request validation.
+//! - [`embedded`]: the SQLite engine (one directory, no server; the default).
+//! - [`clock`]: injectable time, so TTL behaviour is tested without sleeping.
+//! - [`conformance`]: the behaviour every engine must show, as a test suite that
+//!   each engine's tests instantiate with [`conformance_suite!`].
+
+pub mod clock;
+pub mod conformance;
+pub mod embedded;
+pub mod error;
+pub mod ops;
+pub mod store;
+pub mod value;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
+pub use error::{StoreError, StoreResult};
+pub use ops::{
+    Cas, CasOutcome, Condition, Delete, DeleteTarget, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScannedPartition, Slice, Upsert,
+    Write,
+};
+pub use revstore_schema::{ColumnType, TableDef};
+pub use store::{Engine, EngineKind, Store};
+pub use value::{Row, Value};

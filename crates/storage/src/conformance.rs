@@ -1,0 +1,675 @@
+//! The behaviour every engine must show, written once.
+//!
+//! Each case takes a [`Subject`]: a fresh store with the [`TABLES`] created and
+//! a way to move the store's time forward (an injected clock on the embedded
+//! engine, so TTL cases never sleep). An engine's test binary instantiates the
+//! whole suite with [`conformance_suite!`](crate::conformance_suite) inside a
+//! module named after the engine, so a test run reads
+//! `conformance_embedded::range_tombstones_shadow_older_writes_but_not_newer ... ok`.
+//! Cases panic with a message on any deviation.
+
+use std::collections::{BTreeSet, HashSet};
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+use revstore_keys::{Tid, TidGenerator, composite_key_bytes, murmur3_token};
+use revstore_schema::model::ColumnType::{BigInt, Blob, Text, TimeUuid};
+use revstore_schema::{Column as C, Compaction, Order, TableDef};
+
+use crate::error::StoreError;
+use crate::ops::{Cas, Condition, Delete, ReadOrder, ReadQuery, Slice, Upsert, Write};
+use crate::store::Store;
+use crate::value::{Row, Value};
+
+/// Rows with clustering columns in opposite orders, and a static column.
+pub static MIXED: TableDef = TableDef {
+    name: "conformance_mixed",
+    columns: &[
+        C::partition("part", Text),
+        C::clustering("a", BigInt, Order::Desc),
+        C::clustering("b", Text, Order::Asc),
+        C::statik("s", Text),
+        C::regular("v", Text),
+        C::regular("n", BigInt),
+    ],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance suite",
+};
+
+/// One row per partition.
+pub static KV: TableDef = TableDef {
+    name: "conformance_kv",
+    columns: &[C::partition("k", Text), C::regular("v", Text), C::regular("n", BigInt), C::regular("data", Blob)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance suite",
+};
+
+/// Rows that expire after an hour unless a write says otherwise.
+pub static EXPIRING: TableDef = TableDef {
+    name: "conformance_expiring",
+    columns: &[C::partition("k", Text), C::clustering("c", BigInt, Order::Asc), C::regular("v", Blob)],
+    default_ttl: Some(3600),
+    compaction: Compaction::TimeWindow,
+    comment: "conformance suite",
+};
+
+/// Rows clustered by time-based UUID, newest first.
+pub static TIMELINE: TableDef = TableDef {
+    name: "conformance_timeline",
+    columns: &[C::partition("k", Text), C::clustering("t", TimeUuid, Order::Desc), C::regular("v", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance suite",
+};
+
+/// A per-partition counter allocated by compare-and-set (old-store's block allocation).
+pub static COUNTERS: TableDef = TableDef {
+    name: "conformance_counters",
+    columns: &[C::partition("k", Text), C::clustering("c", BigInt, Order::Asc), C::statik("count", BigInt), C::regular("owner", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance suite",
+};
+
+/// Declared but never created: writes to it fail inside the engine.
+pub static NOT_CREATED: TableDef = TableDef {
+    name: "conformance_not_created",
+    columns: &[C::partition("k", Text), C::regular("v", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance suite",
+};
+
+/// The tables a subject must have created.
+pub static TABLES: [&TableDef; 5] = [&MIXED, &KV, &EXPIRING, &TIMELINE, &COUNTERS];
+
+pub type AdvanceFn = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A store under test.
+#[allow(missing_debug_implementations)]
+pub struct Subject {
+    pub store: Store,
+    /// Moves the store's time forward by whole seconds.
+    pub advance: AdvanceFn,
+    /// Keeps the store's resources (a temporary directory, a keyspace) alive.
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Subject {
+    async fn advance(&self, secs: u64) {
+        (self.advance)(secs).await
+    }
+}
+
+/// Instantiates every conformance case as a `#[tokio::test]` calling `$subject()`
+/// (an async fn returning a [`Subject`]).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($subject:path) => {
+        $crate::conformance_suite!(@cases $subject;
+            ordered_reads_with_mixed_clustering_orders,
+            inclusive_and_exclusive_bounds,
+            paging_resumes_exactly_while_rows_are_inserted,
+            page_tokens_are_bound_to_their_listing,
+            last_write_wins_by_timestamp_in_any_arrival_order,
+            equal_timestamps_resolve_as_cassandra_does,
+            range_tombstones_shadow_older_writes_but_not_newer,
+            partition_and_row_deletes,
+            ttl_expiry,
+            conditional_insert_has_exactly_one_winner,
+            compare_and_set_loses_no_update,
+            batches_are_all_or_nothing,
+            scans_visit_every_partition_exactly_once,
+            statics_belong_to_the_partition,
+            projection_returns_the_requested_columns,
+            bad_requests_change_nothing
+        );
+    };
+    (@cases $subject:path; $($case:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let subject = $subject().await;
+                $crate::conformance::$case(&subject).await;
+            }
+        )*
+    };
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+fn int(i: i64) -> Value {
+    Value::BigInt(i)
+}
+
+fn mixed_row(a: i64, b: &str) -> Upsert {
+    Upsert::new(&MIXED, [text("p"), int(a), text(b)]).set("v", format!("{a}{b}"))
+}
+
+async fn read_all(store: &Store, query: ReadQuery) -> Vec<Row> {
+    store.read(&query).await.expect("read").rows
+}
+
+fn keys_ab(rows: &[Row]) -> Vec<(i64, String)> {
+    rows.iter().map(|r| (r.bigint("a").expect("a"), r.text("b").expect("b").to_owned())).collect()
+}
+
+async fn kv_value(store: &Store, k: &str) -> Option<String> {
+    store.get(&KV, vec![text(k)], None).await.expect("get").and_then(|r| r.text("v").map(str::to_owned))
+}
+
+pub async fn ordered_reads_with_mixed_clustering_orders(s: &Subject) {
+    let mut writes: Vec<Write> = Vec::new();
+    for a in 1..=3 {
+        for b in ["x", "y", "z"] {
+            writes.push(mixed_row(a, b).into());
+        }
+    }
+    writes.shuffle(&mut rand::rng());
+    for w in writes {
+        s.store.write(w).await.expect("write");
+    }
+    let forward = keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await);
+    let expected: Vec<(i64, String)> = [3, 2, 1].iter().flat_map(|&a| ["x", "y", "z"].map(|b| (a, b.to_owned()))).collect();
+    assert_eq!(forward, expected, "clustering order is a DESC, then b ASC");
+    let backward = keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).order(ReadOrder::Reversed)).await);
+    assert_eq!(backward, expected.iter().rev().cloned().collect::<Vec<_>>(), "reversed order");
+    let within =
+        keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).slice(Slice::prefix([int(2)])).order(ReadOrder::Reversed)).await);
+    assert_eq!(within, vec![(2, "z".into()), (2, "y".into()), (2, "x".into())]);
+    let limited = keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).limit(2)).await);
+    assert_eq!(limited, vec![(3, "x".into()), (3, "y".into())]);
+
+    // timeuuid clustering sorts by time, whatever order the writes come in.
+    let generator = TidGenerator::new();
+    let base = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_750_000_000);
+    let mut tids: Vec<Tid> = (0..20).map(|i| generator.next_at(base + std::time::Duration::from_millis(997 * i))).collect();
+    let mut shuffled = tids.clone();
+    shuffled.shuffle(&mut rand::rng());
+    for t in &shuffled {
+        s.store.write(Upsert::new(&TIMELINE, [text("k"), Value::from(*t)]).set("v", t.to_string())).await.expect("write");
+    }
+    let rows = read_all(&s.store, ReadQuery::new(&TIMELINE, [text("k")])).await;
+    let read: Vec<uuid::Uuid> = rows.iter().map(|r| r.timeuuid("t").expect("t")).collect();
+    tids.reverse();
+    assert_eq!(read, tids.iter().map(Tid::uuid).collect::<Vec<_>>(), "newest tid first");
+}
+
+pub async fn inclusive_and_exclusive_bounds(s: &Subject) {
+    for a in 1..=5 {
+        for b in ["x", "y", "z"] {
+            s.store.write(mixed_row(a, b)).await.expect("write");
+        }
+    }
+    let a_values = |rows: Vec<Row>| rows.iter().map(|r| r.bigint("a").expect("a")).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>();
+    let q = |lower, upper| ReadQuery::new(&MIXED, [text("p")]).slice(Slice::all().lower(lower).upper(upper));
+    assert_eq!(a_values(read_all(&s.store, q(Bound::Included(int(2)), Bound::Excluded(int(4)))).await), vec![2, 3]);
+    assert_eq!(a_values(read_all(&s.store, q(Bound::Excluded(int(2)), Bound::Included(int(4)))).await), vec![3, 4]);
+    assert_eq!(a_values(read_all(&s.store, q(Bound::Unbounded, Bound::Excluded(int(2)))).await), vec![1]);
+    assert_eq!(a_values(read_all(&s.store, q(Bound::Excluded(int(4)), Bound::Unbounded)).await), vec![5]);
+    assert_eq!(a_values(read_all(&s.store, q(Bound::Included(int(3)), Bound::Included(int(3)))).await), vec![3]);
+    assert!(read_all(&s.store, q(Bound::Excluded(int(3)), Bound::Excluded(int(3)))).await.is_empty());
+    let b_range = ReadQuery::new(&MIXED, [text("p")])
+        .slice(Slice::prefix([int(4)]).lower(Bound::Excluded(text("x"))).upper(Bound::Included(text("z"))));
+    assert_eq!(keys_ab(&read_all(&s.store, b_range).await), vec![(4, "y".into()), (4, "z".into())]);
+
+    // A range delete honours the same bounds.
+    s.store
+        .write(Delete::range(&MIXED, [text("p")], Slice::all().lower(Bound::Excluded(int(1))).upper(Bound::Excluded(int(3)))))
+        .await
+        .expect("delete");
+    assert_eq!(a_values(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await), vec![1, 3, 4, 5]);
+    s.store.write(Delete::range(&MIXED, [text("p")], Slice::prefix([int(4)]).lower(Bound::Included(text("y"))))).await.expect("delete");
+    assert_eq!(
+        keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).slice(Slice::prefix([int(4)]))).await),
+        vec![(4, "x".into())]
+    );
+}
+
+pub async fn paging_resumes_exactly_while_rows_are_inserted(s: &Subject) {
+    let original: Vec<(i64, String)> = (0..300).map(|a| (a, "m".to_owned())).collect();
+    let mut batch = Vec::new();
+    for (a, b) in &original {
+        batch.push(Write::from(mixed_row(*a, b)));
+        if batch.len() == 50 {
+            s.store.apply(std::mem::take(&mut batch)).await.expect("batch");
+        }
+    }
+    for order in [ReadOrder::Clustering, ReadOrder::Reversed] {
+        let store = s.store.clone();
+        // Rows inserted while paging, before and after the cursor, between existing keys.
+        let inserter = tokio::spawn(async move {
+            for i in 0..120i64 {
+                let (a, b) = if i % 2 == 0 { (i * 2, "n") } else { (1000 + i, "a") };
+                store.write(mixed_row(a, b)).await.expect("concurrent write");
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut seen: Vec<(i64, String)> = Vec::new();
+        let mut token = None;
+        let mut pages = 0;
+        loop {
+            let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).order(order).limit(17).page_token(token)).await.expect("page");
+            assert!(page.rows.len() <= 17);
+            seen.extend(keys_ab(&page.rows));
+            pages += 1;
+            token = page.next;
+            if token.is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        inserter.await.expect("inserter");
+        assert!(pages >= 18, "{pages} pages");
+        let unique: HashSet<&(i64, String)> = seen.iter().collect();
+        assert_eq!(unique.len(), seen.len(), "a row was returned twice ({order:?})");
+        for row in &original {
+            assert!(unique.contains(row), "row {row:?} that existed before paging was skipped ({order:?})");
+        }
+        // Pages continue each other in order.
+        let sort_key = |(a, b): &(i64, String)| (-*a, b.clone());
+        let mut sorted = seen.clone();
+        sorted.sort_by_key(sort_key);
+        if order == ReadOrder::Reversed {
+            sorted.reverse();
+        }
+        assert_eq!(seen, sorted, "pages out of order ({order:?})");
+    }
+    // A listing that ends on a page boundary says so: no token after the last row.
+    let all = read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await.len() as u32;
+    let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(all)).await.expect("page");
+    assert_eq!(page.rows.len() as u32, all);
+    assert!(page.next.is_none());
+}
+
+pub async fn page_tokens_are_bound_to_their_listing(s: &Subject) {
+    for a in 0..10 {
+        s.store.write(mixed_row(a, "x")).await.expect("write");
+        s.store.write(Upsert::new(&MIXED, [text("other"), int(a), text("x")]).set("v", "o")).await.expect("write");
+    }
+    let first = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(3)).await.expect("page");
+    let token = first.next.expect("more pages");
+    let bad = |result: Result<crate::ops::Page, StoreError>| match result {
+        Err(e @ StoreError::BadPageToken(_)) => assert!(e.is_client_error()),
+        other => panic!("expected a bad page token error, got {other:?}"),
+    };
+    bad(s.store.read(&ReadQuery::new(&MIXED, [text("other")]).limit(3).page_token(Some(token.clone()))).await);
+    bad(s.store.read(&ReadQuery::new(&MIXED, [text("p")]).order(ReadOrder::Reversed).limit(3).page_token(Some(token.clone()))).await);
+    let mut tampered = token.clone().into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    bad(s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(3).page_token(Some(String::from_utf8(tampered).expect("ascii")))).await);
+    bad(s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(3).page_token(Some(token[..token.len() / 2].to_owned()))).await);
+    bad(s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(3).page_token(Some("not a token".into()))).await);
+    // The genuine token still works, also with another page size.
+    let second = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(5).page_token(Some(token))).await.expect("resume");
+    assert_eq!(keys_ab(&second.rows).first(), Some(&(6, "x".into())));
+}
+
+pub async fn last_write_wins_by_timestamp_in_any_arrival_order(s: &Subject) {
+    let kv = |k: &str, v: &str, ts: i64| Upsert::new(&KV, [text(k)]).set("v", v).timestamp(ts);
+    s.store.write(kv("a", "new", 2_000)).await.expect("write");
+    s.store.write(kv("a", "old", 1_000)).await.expect("write");
+    assert_eq!(kv_value(&s.store, "a").await.as_deref(), Some("new"), "an older write arriving later lost");
+    // Cells resolve one by one: a newer write of another column keeps v.
+    s.store.write(Upsert::new(&KV, [text("a")]).set("n", 7i64).timestamp(3_000)).await.expect("write");
+    let row = s.store.get(&KV, vec![text("a")], None).await.expect("get").expect("row");
+    assert_eq!((row.text("v"), row.bigint("n")), (Some("new"), Some(7)));
+    // Any arrival order of ten versions leaves the newest.
+    for trial in 0..8 {
+        let key = format!("perm{trial}");
+        let mut versions: Vec<i64> = (1..=10).collect();
+        versions.shuffle(&mut rand::rng());
+        for ts in &versions {
+            s.store.write(kv(&key, &format!("v{ts}"), *ts * 100)).await.expect("write");
+        }
+        assert_eq!(kv_value(&s.store, &key).await.as_deref(), Some("v10"), "order {versions:?}");
+    }
+    // A delete with a timestamp only removes what is older than it.
+    s.store.write(kv("d", "kept", 5_000)).await.expect("write");
+    s.store.write(Delete::partition(&KV, [text("d")]).timestamp(4_000)).await.expect("delete");
+    assert_eq!(kv_value(&s.store, "d").await.as_deref(), Some("kept"));
+    s.store.write(Delete::partition(&KV, [text("d")]).timestamp(6_000)).await.expect("delete");
+    assert_eq!(kv_value(&s.store, "d").await, None);
+    s.store.write(kv("d", "late", 5_500)).await.expect("write");
+    assert_eq!(kv_value(&s.store, "d").await, None, "a write older than the delete came back");
+}
+
+pub async fn equal_timestamps_resolve_as_cassandra_does(s: &Subject) {
+    let kv = |k: &str, v: Value, ts: i64| Upsert::new(&KV, [text(k)]).set("v", v).timestamp(ts);
+    // Between two live values, the greater value wins, in either arrival order.
+    for (first, second) in [("apple", "banana"), ("banana", "apple")] {
+        let key = format!("tie-{first}");
+        s.store.write(kv(&key, text(first), 100)).await.expect("write");
+        s.store.write(kv(&key, text(second), 100)).await.expect("write");
+        assert_eq!(kv_value(&s.store, &key).await.as_deref(), Some("banana"));
+    }
+    // A deletion beats a value with the same timestamp, in either order.
+    s.store.write(kv("tie-del-1", text("x"), 100)).await.expect("write");
+    s.store.write(kv("tie-del-1", Value::Null, 100)).await.expect("write");
+    assert_eq!(kv_value(&s.store, "tie-del-1").await, None);
+    s.store.write(kv("tie-del-2", Value::Null, 100)).await.expect("write");
+    s.store.write(kv("tie-del-2", text("x"), 100)).await.expect("write");
+    assert_eq!(kv_value(&s.store, "tie-del-2").await, None);
+    // So does a row or partition delete.
+    s.store.write(kv("tie-del-3", text("x"), 100)).await.expect("write");
+    s.store.write(Delete::partition(&KV, [text("tie-del-3")]).timestamp(100)).await.expect("delete");
+    assert_eq!(kv_value(&s.store, "tie-del-3").await, None);
+    // An expiring value beats a permanent one with the same timestamp.
+    s.store.write(kv("tie-ttl", text("zzz-permanent"), 100)).await.expect("write");
+    s.store.write(kv("tie-ttl", text("aaa-expiring"), 100).ttl(1000)).await.expect("write");
+    assert_eq!(kv_value(&s.store, "tie-ttl").await.as_deref(), Some("aaa-expiring"));
+}
+
+pub async fn range_tombstones_shadow_older_writes_but_not_newer(s: &Subject) {
+    let row = |a: i64, v: &str, ts: i64| Upsert::new(&MIXED, [text("p"), int(a), text("r")]).set("v", v).timestamp(ts);
+    for a in 1..=5 {
+        s.store.write(row(a, "original", 1_000)).await.expect("write");
+    }
+    // current-store's pattern: a new revision deletes the older ones.
+    s.store
+        .write(Delete::range(&MIXED, [text("p")], Slice::all().upper(Bound::Excluded(int(4)))).timestamp(2_000))
+        .await
+        .expect("range delete");
+    let a_values = |rows: Vec<Row>| rows.iter().map(|r| r.bigint("a").expect("a")).collect::<Vec<_>>();
+    assert_eq!(a_values(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await), vec![5, 4]);
+    // A late write older than the tombstone stays deleted; a newer one is visible.
+    s.store.write(row(2, "late and old", 1_500)).await.expect("write");
+    s.store.write(row(3, "newer", 2_500)).await.expect("write");
+    assert_eq!(a_values(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await), vec![5, 4, 3]);
+    // Outside the range nothing is shadowed.
+    s.store.write(row(4, "updated", 1_800)).await.expect("write");
+    let rows = read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).slice(Slice::prefix([int(4)]))).await;
+    assert_eq!(rows[0].text("v"), Some("updated"));
+    // A wider, newer tombstone shadows everything older, also where the first one did.
+    s.store
+        .write(Delete::range(&MIXED, [text("p")], Slice::all().upper(Bound::Included(int(10)))).timestamp(3_000))
+        .await
+        .expect("range delete");
+    assert!(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await.is_empty());
+    for a in 1..=5 {
+        s.store.write(row(a, "late", 2_999)).await.expect("write");
+    }
+    assert!(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await.is_empty());
+    s.store.write(row(1, "after", 3_001)).await.expect("write");
+    assert_eq!(a_values(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await), vec![1]);
+}
+
+pub async fn partition_and_row_deletes(s: &Subject) {
+    for a in 1..=3 {
+        s.store.write(mixed_row(a, "x").timestamp(100)).await.expect("write");
+    }
+    s.store.write(Upsert::new(&MIXED, [text("p")]).set("s", "static").timestamp(100)).await.expect("static");
+    s.store.write(Delete::row(&MIXED, [text("p")], [int(2), text("x")]).timestamp(200)).await.expect("row delete");
+    let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")])).await.expect("read");
+    assert_eq!(keys_ab(&page.rows), vec![(3, "x".into()), (1, "x".into())]);
+    s.store.write(mixed_row(2, "x").timestamp(150)).await.expect("write");
+    assert_eq!(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await.len(), 2, "row delete shadowed an older late write");
+    s.store.write(Delete::partition(&MIXED, [text("p")]).timestamp(300)).await.expect("partition delete");
+    let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")])).await.expect("read");
+    assert!(page.rows.is_empty() && page.statics.is_none(), "{page:?}");
+    s.store.write(Upsert::new(&MIXED, [text("p")]).set("s", "late").timestamp(299)).await.expect("static");
+    s.store.write(mixed_row(9, "x").timestamp(299)).await.expect("write");
+    let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")])).await.expect("read");
+    assert!(page.rows.is_empty() && page.statics.is_none(), "partition tombstone let older writes through: {page:?}");
+    s.store.write(mixed_row(9, "x").timestamp(301)).await.expect("write");
+    assert_eq!(read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await.len(), 1);
+    // Deleting a cell (writing null) keeps the row while its marker lives.
+    s.store.write(Upsert::new(&MIXED, [text("p"), int(9), text("x")]).set("v", Value::Null).timestamp(302)).await.expect("cell delete");
+    let rows = read_all(&s.store, ReadQuery::new(&MIXED, [text("p")])).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get("v"), None);
+}
+
+pub async fn ttl_expiry(s: &Subject) {
+    let row = |c: i64| Upsert::new(&EXPIRING, [text("k"), int(c)]).set("v", vec![c as u8; 64]);
+    s.store.write(row(1).ttl(10)).await.expect("write");
+    s.store.write(row(2)).await.expect("write"); // the table's default: an hour
+    s.store.write(row(3).ttl(0)).await.expect("write"); // never expires
+    s.store.write(Upsert::new(&KV, [text("cells")]).set("v", "short").ttl(10)).await.expect("write");
+    s.store.write(Upsert::new(&KV, [text("cells")]).set("n", 5i64).ttl(0)).await.expect("write");
+    s.store.write(Upsert::new(&KV, [text("gone")]).set("v", "short").ttl(10)).await.expect("write");
+    let cs = |rows: Vec<Row>| rows.iter().map(|r| r.bigint("c").expect("c")).collect::<Vec<_>>();
+    assert_eq!(cs(read_all(&s.store, ReadQuery::new(&EXPIRING, [text("k")])).await), vec![1, 2, 3]);
+
+    s.advance(12).await;
+    assert_eq!(cs(read_all(&s.store, ReadQuery::new(&EXPIRING, [text("k")])).await), vec![2, 3]);
+    let cells = s.store.get(&KV, vec![text("cells")], None).await.expect("get").expect("row lives on its other cell");
+    assert_eq!((cells.text("v"), cells.bigint("n")), (None, Some(5)));
+    assert_eq!(s.store.get(&KV, vec![text("gone")], None).await.expect("get"), None);
+    let scanned = scan_all(&s.store, &KV, 10).await;
+    assert!(scanned.iter().all(|p| p.key != vec![text("gone")]), "an expired partition was scanned");
+    s.store.purge_expired().await.expect("purge");
+    assert_eq!(cs(read_all(&s.store, ReadQuery::new(&EXPIRING, [text("k")])).await), vec![2, 3]);
+
+    s.advance(3600).await;
+    assert_eq!(cs(read_all(&s.store, ReadQuery::new(&EXPIRING, [text("k")])).await), vec![3]);
+}
+
+pub async fn conditional_insert_has_exactly_one_winner(s: &Subject) {
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let store = s.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("writer-{i}");
+            let outcome = store
+                .cas(Cas::insert_if_not_exists(Upsert::new(&COUNTERS, [text("lease"), int(1)]).set("owner", owner.clone())))
+                .await
+                .expect("cas");
+            (owner, outcome)
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut losers_saw = Vec::new();
+    for t in tasks {
+        let (owner, outcome) = t.await.expect("task");
+        if outcome.applied {
+            winners.push(owner);
+        } else {
+            losers_saw.push(outcome.current.and_then(|r| r.text("owner").map(str::to_owned)));
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    let stored = s.store.get(&COUNTERS, vec![text("lease"), int(1)], None).await.expect("get").expect("row");
+    assert_eq!(stored.text("owner"), Some(winners[0].as_str()));
+    assert!(losers_saw.iter().all(|o| o.as_deref() == Some(winners[0].as_str())), "losers saw {losers_saw:?}");
+}
+
+pub async fn compare_and_set_loses_no_update(s: &Subject) {
+    // Eight writers each claim ten slots from a shared counter, old-store style:
+    // read the counter, then set it one higher and add the row, if unchanged.
+    let per_writer = 10;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = s.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut claimed = Vec::new();
+            while claimed.len() < per_writer {
+                let page = store.read(&ReadQuery::new(&COUNTERS, [text("ctr")]).limit(1).columns(["count"])).await.expect("read");
+                let current = page.statics.and_then(|r| r.bigint("count"));
+                let next = current.unwrap_or(0) + 1;
+                let outcome = store
+                    .cas(Cas {
+                        table: &COUNTERS,
+                        partition: vec![text("ctr")],
+                        clustering: None,
+                        condition: Condition::Equals(vec![("count", current.map_or(Value::Null, Value::BigInt))]),
+                        writes: vec![
+                            Upsert::new(&COUNTERS, [text("ctr")]).set("count", next).into(),
+                            Upsert::new(&COUNTERS, [text("ctr"), int(next)]).set("owner", format!("w{w}")).into(),
+                        ],
+                    })
+                    .await
+                    .expect("cas");
+                if outcome.applied {
+                    claimed.push(next);
+                }
+            }
+            claimed
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    all.sort();
+    assert_eq!(all, (1..=80).collect::<Vec<i64>>(), "a slot was claimed twice or skipped");
+    let page = s.store.read(&ReadQuery::new(&COUNTERS, [text("ctr")])).await.expect("read");
+    assert_eq!(page.statics.and_then(|r| r.bigint("count")), Some(80));
+    assert_eq!(page.rows.len(), 80);
+}
+
+pub async fn batches_are_all_or_nothing(s: &Subject) {
+    // Across partitions and tables, all land together.
+    s.store
+        .apply(vec![
+            Upsert::new(&KV, [text("b1")]).set("v", "one").into(),
+            Upsert::new(&KV, [text("b2")]).set("v", "two").into(),
+            mixed_row(1, "batch").into(),
+            Delete::partition(&KV, [text("nothing-here")]).into(),
+        ])
+        .await
+        .expect("batch");
+    assert_eq!(kv_value(&s.store, "b1").await.as_deref(), Some("one"));
+    assert_eq!(kv_value(&s.store, "b2").await.as_deref(), Some("two"));
+    // A batch with one invalid write is refused whole, before anything is written.
+    let refused = s
+        .store
+        .apply(vec![
+            Upsert::new(&KV, [text("b3")]).set("v", "three").into(),
+            Upsert::new(&KV, [text("b4")]).set("no_such_column", "x").into(),
+        ])
+        .await;
+    assert!(matches!(refused, Err(StoreError::Invalid(_))), "{refused:?}");
+    assert_eq!(kv_value(&s.store, "b3").await, None);
+    // A batch that fails inside the engine, midway, leaves nothing behind either.
+    let failed = s
+        .store
+        .engine()
+        .apply(vec![
+            Upsert::new(&KV, [text("b1")]).set("v", "changed").into(),
+            Upsert::new(&NOT_CREATED, [text("x")]).set("v", "x").into(),
+            Upsert::new(&KV, [text("b5")]).set("v", "five").into(),
+        ])
+        .await;
+    assert!(failed.is_err(), "a write to a missing table succeeded");
+    assert_eq!(kv_value(&s.store, "b1").await.as_deref(), Some("one"), "first write of a failed batch was kept");
+    assert_eq!(kv_value(&s.store, "b5").await, None);
+}
+
+async fn scan_all(store: &Store, table: &'static TableDef, page_size: u32) -> Vec<crate::ops::ScannedPartition> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = store.scan(table, token.as_deref(), page_size).await.expect("scan");
+        assert!(page.partitions.len() <= page_size as usize);
+        out.extend(page.partitions);
+        match page.next {
+            Some(next) => token = Some(next),
+            None => return out,
+        }
+    }
+}
+
+pub async fn scans_visit_every_partition_exactly_once(s: &Subject) {
+    let mut expected = BTreeSet::new();
+    let mut batch = Vec::new();
+    for i in 0..250 {
+        let k = format!("page-{i}");
+        expected.insert(k.clone());
+        batch.push(Write::from(Upsert::new(&KV, [text(&k)]).set("v", "x")));
+        if batch.len() == 50 {
+            s.store.apply(std::mem::take(&mut batch)).await.expect("batch");
+        }
+    }
+    let scanned = scan_all(&s.store, &KV, 7).await;
+    let keys: Vec<String> = scanned
+        .iter()
+        .map(|p| match &p.key[..] {
+            [Value::Text(k)] => k.clone(),
+            other => panic!("unexpected key {other:?}"),
+        })
+        .collect();
+    assert_eq!(keys.len(), expected.len(), "a partition was visited twice or skipped");
+    assert_eq!(keys.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    assert!(scanned.windows(2).all(|w| w[0].token <= w[1].token), "scan is not in token order");
+    for p in &scanned {
+        let bytes: Vec<Vec<u8>> = p.key.iter().map(Value::cql_bytes).collect();
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        assert_eq!(p.token, murmur3_token(&composite_key_bytes(&refs)), "token of {:?}", p.key);
+    }
+    // Partitions with only static cells and with composite keys are found too.
+    s.store.write(Upsert::new(&COUNTERS, [text("only-static")]).set("count", 1i64)).await.expect("static");
+    s.store.write(Upsert::new(&COUNTERS, [text("with-row"), int(1)]).set("owner", "x")).await.expect("row");
+    let counters: Vec<Vec<Value>> = scan_all(&s.store, &COUNTERS, 1).await.into_iter().map(|p| p.key).collect();
+    assert_eq!(counters.len(), 2, "{counters:?}");
+    // A scan token resumes only its own table's scan.
+    let page = s.store.scan(&KV, None, 3).await.expect("scan");
+    let other = s.store.scan(&COUNTERS, page.next.as_deref(), 3).await;
+    assert!(matches!(other, Err(StoreError::BadPageToken(_))), "{other:?}");
+}
+
+pub async fn statics_belong_to_the_partition(s: &Subject) {
+    s.store.write(Upsert::new(&MIXED, [text("p"), int(1), text("x")]).set("v", "row").set("s", "shared")).await.expect("write");
+    s.store.write(mixed_row(2, "x")).await.expect("write");
+    let page = s.store.read(&ReadQuery::new(&MIXED, [text("p")])).await.expect("read");
+    assert_eq!(page.rows.len(), 2);
+    assert_eq!(page.statics.as_ref().and_then(|r| r.text("s")), Some("shared"));
+    let other = s.store.read(&ReadQuery::new(&MIXED, [text("q")])).await.expect("read");
+    assert!(other.statics.is_none() && other.rows.is_empty());
+    // A static-only partition: no rows, and conditional creation of the static.
+    let created = s.store.cas(Cas::insert_if_not_exists(Upsert::new(&COUNTERS, [text("fresh")]).set("count", 0i64))).await.expect("cas");
+    assert!(created.applied);
+    let again = s.store.cas(Cas::insert_if_not_exists(Upsert::new(&COUNTERS, [text("fresh")]).set("count", 9i64))).await.expect("cas");
+    assert!(!again.applied);
+    assert_eq!(again.current.and_then(|r| r.bigint("count")), Some(0));
+    let page = s.store.read(&ReadQuery::new(&COUNTERS, [text("fresh")])).await.expect("read");
+    assert!(page.rows.is_empty());
+    assert_eq!(page.statics.and_then(|r| r.bigint("count")), Some(0));
+}
+
+pub async fn projection_returns_the_requested_columns(s: &Subject) {
+    s.store.write(Upsert::new(&KV, [text("proj")]).set("v", "value").set("n", 3i64).set("data", vec![1u8, 2, 3])).await.expect("write");
+    let row = s.store.get(&KV, vec![text("proj")], Some(vec!["n"])).await.expect("get").expect("row");
+    assert_eq!(row.bigint("n"), Some(3));
+    assert_eq!(row.text("k"), Some("proj"), "key columns are always returned");
+    assert_eq!(row.get("v"), None);
+    assert_eq!(row.get("data"), None);
+    let full = s.store.get(&KV, vec![text("proj")], None).await.expect("get").expect("row");
+    assert_eq!(full.blob("data"), Some(&[1u8, 2, 3][..]));
+}
+
+pub async fn bad_requests_change_nothing(s: &Subject) {
+    let invalid = |r: Result<(), StoreError>, what: &str| match r {
+        Err(e @ StoreError::Invalid(_)) => assert!(e.is_client_error(), "{what}"),
+        other => panic!("{what}: expected an invalid-request error, got {other:?}"),
+    };
+    invalid(s.store.write(Upsert::new(&KV, [text("bad")]).set("v", 5i64)).await, "wrong type");
+    invalid(s.store.write(Upsert::new(&KV, [text("bad")]).set("nope", "x")).await, "unknown column");
+    invalid(s.store.write(Upsert::new(&KV, [int(1)]).set("v", "x")).await, "wrong key type");
+    invalid(s.store.write(Upsert::new(&KV, [Value::Null]).set("v", "x")).await, "null key");
+    invalid(s.store.write(Upsert::new(&MIXED, [text("bad"), int(1)]).set("v", "x")).await, "partial clustering key");
+    invalid(s.store.write(Upsert::new(&MIXED, [text("bad")]).set("v", "x")).await, "regular cell without clustering key");
+    invalid(s.store.write(Upsert::new(&KV, [text("bad")]).set("v", "x").set("v", "y")).await, "column set twice");
+    invalid(s.store.write(Upsert::new(&KV, [text("bad")]).set("v", "x").ttl(u32::MAX)).await, "TTL too long");
+    invalid(
+        s.store.write(Upsert::new(&TIMELINE, [text("bad"), Value::TimeUuid(uuid::Uuid::new_v4())]).set("v", "x")).await,
+        "random UUID as timeuuid",
+    );
+    invalid(s.store.write(Delete::row(&MIXED, [text("bad")], [int(1)])).await, "row delete without full key");
+    invalid(s.store.write(Upsert::new(&KV, [text(&"k".repeat(70_000))]).set("v", "x")).await, "key over 64 KiB");
+    invalid(s.store.apply(vec![]).await, "empty batch");
+    let read = s.store.read(&ReadQuery::new(&KV, [text("bad")]).limit(0)).await;
+    assert!(matches!(read, Err(StoreError::Invalid(_))), "{read:?}");
+    let read = s.store.read(&ReadQuery::new(&MIXED, [text("bad")]).slice(Slice::all().lower(Bound::Included(text("not a number"))))).await;
+    assert!(matches!(read, Err(StoreError::Invalid(_))), "{read:?}");
+    assert!(scan_all(&s.store, &KV, 100).await.is_empty(), "a rejected write left data behind");
+    assert!(read_all(&s.store, ReadQuery::new(&MIXED, [text("bad")])).await.is_empty());
+}

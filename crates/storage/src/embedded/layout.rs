@@ -1,0 +1,368 @@
+//! How a declared table is laid out in SQLite.
+//!
+//! For a table `t`, SQLite table `t` holds the rows: the key columns, the
+//! partition's Murmur3 token (`$token`, for scans), the row's liveness marker
+//! (`$ts`, `$exp`), and for each regular column `c` its value, write timestamp
+//! and expiry (`c`, `c$ts`, `c$exp`), so last-write-wins and TTL work per cell as
+//! in Cassandra. `$purge` is when the whole row may be dropped (every part of it
+//! expired or deleted); an index on it makes purges cheap. Static columns live
+//! in `t$static`, keyed by the partition key. Row, range and partition
+//! deletes are recorded in `$tombstones` so that a write with an older timestamp
+//! arriving later stays deleted, until the tombstone's grace period ends.
+//!
+//! A cell's `c$exp` means: for a live value, when it expires (NULL: never); for a
+//! deleted value (value NULL, `c$ts` set), when its tombstone may be purged.
+//!
+//! Values are stored so that SQLite's ordering equals Cassandra's: text as TEXT
+//! (binary collation compares UTF-8 bytes), integers and timestamps as INTEGER,
+//! blobs as BLOB, and timeuuids as a 16-byte BLOB that sorts by time first.
+
+use std::ops::Bound;
+
+use revstore_schema::{Column, ColumnType, Order, TableDef};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::ops::Slice;
+use crate::value::{Value, decode_values, encode_values};
+
+pub(crate) fn q(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
+
+pub(crate) fn static_table(t: &TableDef) -> String {
+    format!("{}$static", t.name)
+}
+
+pub(crate) fn ts_col(c: &Column) -> String {
+    q(&format!("{}$ts", c.name))
+}
+
+pub(crate) fn exp_col(c: &Column) -> String {
+    q(&format!("{}$exp", c.name))
+}
+
+fn sql_type(ty: ColumnType) -> &'static str {
+    match ty {
+        ColumnType::Text => "TEXT",
+        ColumnType::BigInt | ColumnType::Timestamp | ColumnType::Boolean => "INTEGER",
+        ColumnType::Blob | ColumnType::TimeUuid => "BLOB",
+    }
+}
+
+pub(crate) fn pk_cols(t: &TableDef) -> Vec<&'static Column> {
+    t.partition_key().collect()
+}
+
+pub(crate) fn ck_cols(t: &TableDef) -> Vec<(&'static Column, Order)> {
+    t.clustering().collect()
+}
+
+pub(crate) fn regular_cols(t: &TableDef) -> Vec<&'static Column> {
+    t.regular().collect()
+}
+
+pub(crate) fn static_cols(t: &TableDef) -> Vec<&'static Column> {
+    t.statics().collect()
+}
+
+/// One SQLite table of cells: a declared table's rows, which carry liveness
+/// markers, or its static cells, which do not.
+#[derive(Debug)]
+pub(crate) struct CellTable {
+    pub def: &'static TableDef,
+    pub name: String,
+    pub cols: Vec<&'static Column>,
+    pub marker: bool,
+}
+
+impl CellTable {
+    pub fn rows(def: &'static TableDef) -> Self {
+        CellTable { def, name: def.name.to_owned(), cols: regular_cols(def), marker: true }
+    }
+
+    pub fn statics(def: &'static TableDef) -> Self {
+        CellTable { def, name: static_table(def), cols: static_cols(def), marker: false }
+    }
+}
+
+/// The `CREATE` statements for a table, in order. The first is the row table's,
+/// whose text is compared with `sqlite_master` to detect a changed declaration.
+pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
+    let mut stmts = Vec::new();
+    let key: Vec<&Column> = pk_cols(t).into_iter().chain(ck_cols(t).into_iter().map(|(c, _)| c)).collect();
+    let key_list = key.iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+    let pk_list = pk_cols(t).iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+    let mut cols: Vec<String> = key.iter().map(|c| format!("{} {} NOT NULL", q(c.name), sql_type(c.ty))).collect();
+    cols.push("\"$token\" INTEGER NOT NULL".into());
+    cols.push("\"$ts\" INTEGER".into());
+    cols.push("\"$exp\" INTEGER".into());
+    for c in regular_cols(t) {
+        cols.push(format!("{} {}", q(c.name), sql_type(c.ty)));
+        cols.push(format!("{} INTEGER", ts_col(c)));
+        cols.push(format!("{} INTEGER", exp_col(c)));
+    }
+    cols.push("\"$purge\" INTEGER".into());
+    cols.push(format!("PRIMARY KEY ({key_list})"));
+    stmts.push(format!("CREATE TABLE {} ({})", q(t.name), cols.join(", ")));
+    stmts.push(format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$token\", {pk_list})", q(&format!("{}$by_token", t.name)), q(t.name)));
+    stmts.push(format!(
+        "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
+        q(&format!("{}$by_purge", t.name)),
+        q(t.name)
+    ));
+    if t.has_statics() {
+        let mut cols: Vec<String> = pk_cols(t).iter().map(|c| format!("{} {} NOT NULL", q(c.name), sql_type(c.ty))).collect();
+        cols.push("\"$token\" INTEGER NOT NULL".into());
+        for c in static_cols(t) {
+            cols.push(format!("{} {}", q(c.name), sql_type(c.ty)));
+            cols.push(format!("{} INTEGER", ts_col(c)));
+            cols.push(format!("{} INTEGER", exp_col(c)));
+        }
+        cols.push("\"$purge\" INTEGER".into());
+        cols.push(format!("PRIMARY KEY ({pk_list})"));
+        let st = static_table(t);
+        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&st), cols.join(", ")));
+        stmts.push(format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$token\", {pk_list})", q(&format!("{st}$by_token")), q(&st)));
+        stmts.push(format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
+            q(&format!("{st}$by_purge")),
+            q(&st)
+        ));
+    }
+    stmts
+}
+
+/// Engine-wide bookkeeping tables.
+pub(crate) const TOMBSTONES_DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS \"$tombstones\" (tbl TEXT NOT NULL, pk BLOB NOT NULL, slice BLOB, ts INTEGER NOT NULL, \"$purge\" INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS \"$tombstones$by_partition\" ON \"$tombstones\" (tbl, pk, ts)",
+    "CREATE INDEX IF NOT EXISTS \"$tombstones$by_purge\" ON \"$tombstones\" (\"$purge\")",
+];
+
+/// A value as SQLite stores it.
+pub(crate) fn to_sql(v: &Value) -> SqlValue {
+    match v {
+        Value::Null => SqlValue::Null,
+        Value::Text(s) => SqlValue::Text(s.clone()),
+        Value::BigInt(i) | Value::Timestamp(i) => SqlValue::Integer(*i),
+        Value::Blob(b) => SqlValue::Blob(b.clone()),
+        Value::TimeUuid(u) => SqlValue::Blob(sortable_timeuuid(u).to_vec()),
+        Value::Boolean(b) => SqlValue::Integer(*b as i64),
+    }
+}
+
+/// A value read back from SQLite, for a column of type `ty`.
+pub(crate) fn from_sql(ty: ColumnType, v: ValueRef<'_>) -> StoreResult<Value> {
+    let bad = || StoreError::Corrupt(format!("stored value does not fit a {} column", ty.cql()));
+    Ok(match (ty, v) {
+        (_, ValueRef::Null) => Value::Null,
+        (ColumnType::Text, ValueRef::Text(t)) => Value::Text(String::from_utf8(t.to_vec()).map_err(|_| bad())?),
+        (ColumnType::BigInt, ValueRef::Integer(i)) => Value::BigInt(i),
+        (ColumnType::Timestamp, ValueRef::Integer(i)) => Value::Timestamp(i),
+        (ColumnType::Boolean, ValueRef::Integer(i)) => Value::Boolean(i != 0),
+        (ColumnType::Blob, ValueRef::Blob(b)) => Value::Blob(b.to_vec()),
+        (ColumnType::TimeUuid, ValueRef::Blob(b)) => Value::TimeUuid(timeuuid_from_sortable(b).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    })
+}
+
+/// A version 1 UUID rearranged so that byte order is Cassandra's timeuuid order:
+/// the 60-bit timestamp (big-endian, version nibble on top), then the clock
+/// sequence and node with each byte's sign bit flipped (Cassandra compares
+/// those as signed bytes).
+pub(crate) fn sortable_timeuuid(u: &Uuid) -> [u8; 16] {
+    let b = u.as_bytes();
+    let mut out = [0u8; 16];
+    // time_hi_and_version (bytes 6-7), time_mid (4-5), time_low (0-3)
+    out[0..2].copy_from_slice(&b[6..8]);
+    out[2..4].copy_from_slice(&b[4..6]);
+    out[4..8].copy_from_slice(&b[0..4]);
+    for i in 8..16 {
+        out[i] = b[i] ^ 0x80;
+    }
+    out
+}
+
+fn timeuuid_from_sortable(s: &[u8]) -> Option<Uuid> {
+    if s.len() != 16 {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    b[6..8].copy_from_slice(&s[0..2]);
+    b[4..6].copy_from_slice(&s[2..4]);
+    b[0..4].copy_from_slice(&s[4..8]);
+    for i in 8..16 {
+        b[i] = s[i] ^ 0x80;
+    }
+    Some(Uuid::from_bytes(b))
+}
+
+/// Tombstone slices as bytes: the prefix, then each bound as a tag (0 unbounded,
+/// 1 included, 2 excluded) and its value.
+pub(crate) fn encode_slice(s: &Slice) -> Vec<u8> {
+    let prefix = encode_values(&s.prefix);
+    let mut out = (prefix.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&prefix);
+    for bound in [&s.lower, &s.upper] {
+        let (tag, value) = match bound {
+            Bound::Unbounded => (0u8, Value::Null),
+            Bound::Included(v) => (1, v.clone()),
+            Bound::Excluded(v) => (2, v.clone()),
+        };
+        let encoded = encode_values(std::slice::from_ref(&value));
+        out.push(tag);
+        out.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+        out.extend_from_slice(&encoded);
+    }
+    out
+}
+
+pub(crate) fn decode_slice(bytes: &[u8]) -> StoreResult<Slice> {
+    let corrupt = || StoreError::Corrupt("unreadable tombstone slice".into());
+    let mut input = bytes;
+    let mut take = |n: usize| -> StoreResult<&[u8]> {
+        if input.len() < n {
+            return Err(corrupt());
+        }
+        let (head, rest) = input.split_at(n);
+        input = rest;
+        Ok(head)
+    };
+    let len = u32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt())?) as usize;
+    let prefix = decode_values(take(len)?)?;
+    let mut bounds = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let tag = take(1)?[0];
+        let len = u32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt())?) as usize;
+        let mut value = decode_values(take(len)?)?;
+        let value = value.pop().ok_or_else(corrupt)?;
+        bounds.push(match tag {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(value),
+            2 => Bound::Excluded(value),
+            _ => return Err(corrupt()),
+        });
+    }
+    let upper = bounds.pop().ok_or_else(corrupt)?;
+    let lower = bounds.pop().ok_or_else(corrupt)?;
+    Ok(Slice { prefix, lower, upper })
+}
+
+/// The write metadata of one cell (or of a row's liveness marker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CellMeta {
+    pub ts: i64,
+    /// Expiry of a live value, or purge time of a tombstone.
+    pub exp: Option<i64>,
+    /// A deleted cell (written as null).
+    pub tombstone: bool,
+}
+
+impl CellMeta {
+    /// Alive for ever: keeps its row from ever being purged.
+    pub fn is_permanent(&self) -> bool {
+        !self.tombstone && self.exp.is_none()
+    }
+
+    /// Cassandra's rule for two versions of one cell (`Cells.reconcile`): the
+    /// higher timestamp wins; on a tie a tombstone beats an expiring value, which
+    /// beats a permanent one; two expiring values go to the later expiry; what is
+    /// left is decided by comparing the values' bytes (`values_cmp`, new vs old).
+    pub fn supersedes(&self, old: &CellMeta, values_cmp: impl FnOnce() -> std::cmp::Ordering) -> bool {
+        if self.ts != old.ts {
+            return self.ts > old.ts;
+        }
+        let rank = |m: &CellMeta| {
+            if m.tombstone {
+                2
+            } else if m.exp.is_some() {
+                1
+            } else {
+                0
+            }
+        };
+        if rank(self) != rank(old) {
+            return rank(self) > rank(old);
+        }
+        if self.tombstone {
+            return false;
+        }
+        if self.exp != old.exp {
+            return self.exp > old.exp;
+        }
+        values_cmp().is_gt()
+    }
+
+    /// Cassandra's rule for two row liveness markers (`LivenessInfo.supersedes`).
+    pub fn marker_supersedes(&self, old: &CellMeta) -> bool {
+        if self.ts != old.ts {
+            return self.ts > old.ts;
+        }
+        match (self.exp, old.exp) {
+            (Some(a), Some(b)) => a > b,
+            (a, b) => a.is_some() && b.is_none(),
+        }
+    }
+}
+
+/// When a row whose parts carry this metadata may be dropped: never while any
+/// part lives for ever, else when the last part expires or its tombstone's grace ends.
+pub(crate) fn purge_time<'a>(parts: impl IntoIterator<Item = &'a CellMeta>) -> Option<i64> {
+    let mut latest = i64::MIN;
+    for p in parts {
+        if p.is_permanent() {
+            return None;
+        }
+        latest = latest.max(p.exp.unwrap_or(i64::MIN));
+    }
+    Some(latest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use revstore_keys::{Tid, TidGenerator};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn sortable_timeuuids_sort_as_cassandra_and_round_trip() {
+        let base = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut tids: Vec<Tid> = (0..200).map(|i| TidGenerator::new().next_at(base + Duration::from_micros(i % 17))).collect();
+        tids.sort();
+        let encoded: Vec<[u8; 16]> = tids.iter().map(|t| sortable_timeuuid(&t.uuid())).collect();
+        assert!(encoded.windows(2).all(|w| w[0] <= w[1]));
+        for t in &tids {
+            assert_eq!(timeuuid_from_sortable(&sortable_timeuuid(&t.uuid())), Some(t.uuid()));
+        }
+    }
+
+    #[test]
+    fn slices_round_trip() {
+        let s = Slice::prefix([Value::BigInt(3)])
+            .lower(Bound::Excluded(Value::Text("a".into())))
+            .upper(Bound::Included(Value::Text("z".into())));
+        assert_eq!(decode_slice(&encode_slice(&s)).unwrap(), s);
+        assert_eq!(decode_slice(&encode_slice(&Slice::all())).unwrap(), Slice::all());
+        assert!(decode_slice(&[0, 0, 0, 9]).is_err());
+    }
+
+    #[test]
+    fn reconcile_follows_cassandra() {
+        let live = |ts| CellMeta { ts, exp: None, tombstone: false };
+        let expiring = |ts, exp| CellMeta { ts, exp: Some(exp), tombstone: false };
+        let tomb = |ts| CellMeta { ts, exp: Some(0), tombstone: true };
+        let never = || panic!("values compared needlessly");
+        assert!(live(2).supersedes(&live(1), never));
+        assert!(!live(1).supersedes(&tomb(2), never));
+        assert!(tomb(5).supersedes(&live(5), never));
+        assert!(tomb(5).supersedes(&expiring(5, 100), never));
+        assert!(expiring(5, 10).supersedes(&live(5), never));
+        assert!(expiring(5, 11).supersedes(&expiring(5, 10), never));
+        assert!(live(5).supersedes(&live(5), || std::cmp::Ordering::Greater));
+        assert!(!live(5).supersedes(&live(5), || std::cmp::Ordering::Equal));
+        assert!(expiring(5, 9).marker_supersedes(&live(5)));
+        assert!(!live(5).marker_supersedes(&expiring(5, 9)));
+    }
+}

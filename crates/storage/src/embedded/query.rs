@@ -1,0 +1,209 @@
+//! SQL for reads and scans, and the conditions writes share with them.
+
+use std::ops::Bound;
+
+use revstore_schema::{Column, Order, TableDef};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, params_from_iter};
+
+use super::layout::{ck_cols, exp_col, from_sql, pk_cols, q, regular_cols, static_cols, static_table, to_sql};
+use crate::error::StoreResult;
+use crate::ops::{ReadOrder, ReadQuery, ScannedPartition, Slice};
+use crate::value::{Row, Value};
+
+/// SQL text with explicitly numbered parameters (`?1`, `?2`, ...), so a value
+/// can be bound once and referred to many times.
+#[derive(Debug, Default)]
+pub(crate) struct Sql {
+    pub text: String,
+    pub params: Vec<SqlValue>,
+}
+
+impl Sql {
+    pub fn bind(&mut self, v: SqlValue) -> String {
+        self.params.push(v);
+        format!("?{}", self.params.len())
+    }
+
+    pub fn push(&mut self, s: &str) {
+        self.text.push_str(s);
+    }
+
+    /// `"a" = ?1 AND "b" = ?2` for the given columns and values.
+    pub fn key_eq(&mut self, cols: &[&Column], vals: &[Value]) {
+        let parts: Vec<String> = cols.iter().zip(vals).map(|(c, v)| format!("{} = {}", q(c.name), self.bind(to_sql(v)))).collect();
+        self.push(&parts.join(" AND "));
+    }
+
+    /// ` AND ...` restricting the clustering columns to a slice.
+    pub fn slice(&mut self, t: &TableDef, slice: &Slice) {
+        let ck = ck_cols(t);
+        for ((c, _), v) in ck.iter().zip(&slice.prefix) {
+            let p = self.bind(to_sql(v));
+            self.push(&format!(" AND {} = {p}", q(c.name)));
+        }
+        if let Some((c, _)) = ck.get(slice.prefix.len()) {
+            for (bound, inclusive, exclusive) in [(&slice.lower, ">=", ">"), (&slice.upper, "<=", "<")] {
+                let (op, v) = match bound {
+                    Bound::Unbounded => continue,
+                    Bound::Included(v) => (inclusive, v),
+                    Bound::Excluded(v) => (exclusive, v),
+                };
+                let p = self.bind(to_sql(v));
+                self.push(&format!(" AND {} {op} {p}", q(c.name)));
+            }
+        }
+    }
+
+    /// ` AND ...` keeping only rows after `after` in the read order (keyset paging).
+    pub fn after(&mut self, t: &TableDef, after: &[Value], order: ReadOrder) {
+        let ck = ck_cols(t);
+        let mut alternatives = Vec::new();
+        for i in 0..ck.len().min(after.len()) {
+            let mut terms = Vec::new();
+            for ((c, _), v) in ck[..i].iter().zip(after) {
+                terms.push(format!("{} = {}", q(c.name), self.bind(to_sql(v))));
+            }
+            let (c, col_order) = ck[i];
+            let forward = (col_order == Order::Asc) == (order == ReadOrder::Clustering);
+            terms.push(format!("{} {} {}", q(c.name), if forward { ">" } else { "<" }, self.bind(to_sql(&after[i]))));
+            alternatives.push(format!("({})", terms.join(" AND ")));
+        }
+        if !alternatives.is_empty() {
+            self.push(&format!(" AND ({})", alternatives.join(" OR ")));
+        }
+    }
+}
+
+/// A cell's value if it has not expired at `now` (a bound parameter), else NULL.
+pub(crate) fn live_value(c: &Column, now: &str) -> String {
+    format!("CASE WHEN {exp} IS NULL OR {exp} > {now} THEN {name} END", exp = exp_col(c), name = q(c.name))
+}
+
+/// True when the row (or static row, without a marker) has anything alive at `now`.
+pub(crate) fn live_condition(cols: &[&Column], marker: bool, now: &str) -> String {
+    let mut parts = Vec::new();
+    if marker {
+        parts.push(format!("(\"$ts\" IS NOT NULL AND (\"$exp\" IS NULL OR \"$exp\" > {now}))"));
+    }
+    for c in cols {
+        parts.push(format!("({} IS NOT NULL AND ({exp} IS NULL OR {exp} > {now}))", q(c.name), exp = exp_col(c)));
+    }
+    if parts.is_empty() { "0".into() } else { format!("({})", parts.join(" OR ")) }
+}
+
+fn order_by(t: &TableDef, order: ReadOrder) -> String {
+    let terms: Vec<String> = ck_cols(t)
+        .into_iter()
+        .map(|(c, o)| {
+            let asc = (o == Order::Asc) == (order == ReadOrder::Clustering);
+            format!("{} {}", q(c.name), if asc { "ASC" } else { "DESC" })
+        })
+        .collect();
+    if terms.is_empty() { String::new() } else { format!(" ORDER BY {}", terms.join(", ")) }
+}
+
+/// Reads rows of one partition: up to `limit + 1` after `after`, plus the statics.
+pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Value]>, now: i64) -> StoreResult<(Vec<Row>, Option<Row>)> {
+    let t = query.table;
+    let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
+    let key: Vec<&Column> = pk_cols(t).into_iter().chain(ck_cols(t).into_iter().map(|(c, _)| c)).collect();
+    let regular = regular_cols(t);
+    let projected: Vec<&Column> = regular.iter().copied().filter(|c| wanted(c)).collect();
+
+    let mut sql = Sql::default();
+    let now_p = sql.bind(SqlValue::Integer(now));
+    let mut select: Vec<String> = key.iter().map(|c| q(c.name)).collect();
+    select.extend(projected.iter().map(|c| live_value(c, &now_p)));
+    sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(t.name)));
+    sql.key_eq(&pk_cols(t), &query.partition);
+    sql.slice(t, &query.slice);
+    if let Some(after) = after {
+        sql.after(t, after, query.order);
+    }
+    sql.push(&format!(" AND {}", live_condition(&regular, true, &now_p)));
+    sql.push(&order_by(t, query.order));
+    if let Some(limit) = query.limit {
+        let p = sql.bind(SqlValue::Integer(limit as i64 + 1));
+        sql.push(&format!(" LIMIT {p}"));
+    }
+    let mut stmt = conn.prepare_cached(&sql.text)?;
+    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mut cells = Vec::with_capacity(key.len() + projected.len());
+        for (i, c) in key.iter().chain(projected.iter()).enumerate() {
+            cells.push((c.name, from_sql(c.ty, r.get_ref(i)?)?));
+        }
+        out.push(Row::new(cells));
+    }
+    let statics: Vec<&Column> = static_cols(t).into_iter().filter(|c| wanted(c)).collect();
+    let static_row = if statics.is_empty() { None } else { read_statics(conn, t, &query.partition, &statics, now)? };
+    Ok((out, static_row))
+}
+
+/// The live static cells of a partition, or `None` when none is set.
+pub(crate) fn read_statics(conn: &Connection, t: &TableDef, partition: &[Value], cols: &[&Column], now: i64) -> StoreResult<Option<Row>> {
+    let mut sql = Sql::default();
+    let now_p = sql.bind(SqlValue::Integer(now));
+    let select: Vec<String> = cols.iter().map(|c| live_value(c, &now_p)).collect();
+    sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(&static_table(t))));
+    sql.key_eq(&pk_cols(t), partition);
+    let mut stmt = conn.prepare_cached(&sql.text)?;
+    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    let Some(r) = rows.next()? else { return Ok(None) };
+    let mut cells = Vec::with_capacity(cols.len());
+    for (i, c) in cols.iter().enumerate() {
+        cells.push((c.name, from_sql(c.ty, r.get_ref(i)?)?));
+    }
+    Ok(if cells.iter().all(|(_, v)| v.is_null()) { None } else { Some(Row::new(cells)) })
+}
+
+/// Partitions with live data, in (token, key) order, after `after`.
+pub(crate) fn scan_partitions(
+    conn: &Connection,
+    t: &TableDef,
+    after: Option<&(i64, Vec<Value>)>,
+    limit: u32,
+    now: i64,
+) -> StoreResult<Vec<ScannedPartition>> {
+    let pk = pk_cols(t);
+    let pk_list = pk.iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+    let mut sql = Sql::default();
+    let now_p = sql.bind(SqlValue::Integer(now));
+    let after_cond = match after {
+        None => String::new(),
+        Some((token, key)) => {
+            let tp = sql.bind(SqlValue::Integer(*token));
+            let kp: Vec<String> = key.iter().map(|v| sql.bind(to_sql(v))).collect();
+            format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", "))
+        }
+    };
+    let mut parts = vec![format!(
+        "SELECT DISTINCT \"$token\", {pk_list} FROM {} WHERE {}{after_cond}",
+        q(t.name),
+        live_condition(&regular_cols(t), true, &now_p)
+    )];
+    if t.has_statics() {
+        parts.push(format!(
+            "SELECT \"$token\", {pk_list} FROM {} WHERE {}{after_cond}",
+            q(&static_table(t)),
+            live_condition(&static_cols(t), false, &now_p)
+        ));
+    }
+    let order: Vec<String> = (1..=pk.len() + 1).map(|i| i.to_string()).collect();
+    let limit_p = sql.bind(SqlValue::Integer(limit as i64 + 1));
+    sql.push(&format!("{} ORDER BY {} LIMIT {limit_p}", parts.join(" UNION "), order.join(", ")));
+    let mut stmt = conn.prepare_cached(&sql.text)?;
+    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let token: i64 = r.get(0)?;
+        let mut key = Vec::with_capacity(pk.len());
+        for (i, c) in pk.iter().enumerate() {
+            key.push(from_sql(c.ty, r.get_ref(i + 1)?)?);
+        }
+        out.push(ScannedPartition { token, key });
+    }
+    Ok(out)
+}

@@ -1,0 +1,355 @@
+//! Requests to a store and what they return.
+
+use std::ops::Bound;
+
+use revstore_schema::TableDef;
+
+use crate::value::{Row, Value, cmp_keys};
+
+/// Insert or update one row's cells (Cassandra `INSERT`): the row's liveness
+/// marker and each given cell take the write's timestamp and TTL; cells not given
+/// are left as they are. With only the partition key in `key`, only static cells
+/// may be given.
+#[derive(Debug, Clone)]
+pub struct Upsert {
+    pub table: &'static TableDef,
+    /// Partition key values, then clustering values (all of them, or none for a
+    /// static-only write).
+    pub key: Vec<Value>,
+    pub cells: Vec<(&'static str, Value)>,
+    /// Seconds to live; `None` takes the table's default, `Some(0)` means forever.
+    pub ttl: Option<u32>,
+    /// Write timestamp in microseconds; `None` lets the store take the current time.
+    pub timestamp: Option<i64>,
+}
+
+impl Upsert {
+    pub fn new(table: &'static TableDef, key: impl IntoIterator<Item = Value>) -> Self {
+        Upsert { table, key: key.into_iter().collect(), cells: Vec::new(), ttl: None, timestamp: None }
+    }
+
+    pub fn set(mut self, column: &'static str, value: impl Into<Value>) -> Self {
+        self.cells.push((column, value.into()));
+        self
+    }
+
+    pub fn ttl(mut self, seconds: u32) -> Self {
+        self.ttl = Some(seconds);
+        self
+    }
+
+    pub fn timestamp(mut self, micros: i64) -> Self {
+        self.timestamp = Some(micros);
+        self
+    }
+}
+
+/// What a delete removes within one partition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeleteTarget {
+    /// The whole partition, static cells included.
+    Partition,
+    /// One row, by its full clustering key.
+    Row(Vec<Value>),
+    /// The rows in a clustering slice (a range tombstone).
+    Range(Slice),
+}
+
+/// A delete: everything it targets that was written at or before its timestamp is
+/// gone, and later-arriving writes with older timestamps stay shadowed.
+#[derive(Debug, Clone)]
+pub struct Delete {
+    pub table: &'static TableDef,
+    pub partition: Vec<Value>,
+    pub target: DeleteTarget,
+    pub timestamp: Option<i64>,
+}
+
+impl Delete {
+    pub fn partition(table: &'static TableDef, partition: impl IntoIterator<Item = Value>) -> Self {
+        Delete { table, partition: partition.into_iter().collect(), target: DeleteTarget::Partition, timestamp: None }
+    }
+
+    pub fn row(table: &'static TableDef, partition: impl IntoIterator<Item = Value>, clustering: impl IntoIterator<Item = Value>) -> Self {
+        Delete {
+            table,
+            partition: partition.into_iter().collect(),
+            target: DeleteTarget::Row(clustering.into_iter().collect()),
+            timestamp: None,
+        }
+    }
+
+    pub fn range(table: &'static TableDef, partition: impl IntoIterator<Item = Value>, slice: Slice) -> Self {
+        Delete { table, partition: partition.into_iter().collect(), target: DeleteTarget::Range(slice), timestamp: None }
+    }
+
+    pub fn timestamp(mut self, micros: i64) -> Self {
+        self.timestamp = Some(micros);
+        self
+    }
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone)]
+pub enum Write {
+    Upsert(Upsert),
+    Delete(Delete),
+}
+
+impl Write {
+    pub fn table(&self) -> &'static TableDef {
+        match self {
+            Write::Upsert(u) => u.table,
+            Write::Delete(d) => d.table,
+        }
+    }
+
+    /// The partition key values the write targets.
+    pub fn partition(&self) -> &[Value] {
+        match self {
+            Write::Upsert(u) => &u.key[..u.table.partition_key().count().min(u.key.len())],
+            Write::Delete(d) => &d.partition,
+        }
+    }
+}
+
+impl From<Upsert> for Write {
+    fn from(u: Upsert) -> Self {
+        Write::Upsert(u)
+    }
+}
+
+impl From<Delete> for Write {
+    fn from(d: Delete) -> Self {
+        Write::Delete(d)
+    }
+}
+
+/// A contiguous slice of a partition's rows: equality on the first clustering
+/// columns (`prefix`), then an optional range on the next one, in value order
+/// (`lower` is the smaller value whatever the clustering order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slice {
+    pub prefix: Vec<Value>,
+    pub lower: Bound<Value>,
+    pub upper: Bound<Value>,
+}
+
+impl Default for Slice {
+    fn default() -> Self {
+        Slice::all()
+    }
+}
+
+impl Slice {
+    /// Every row of the partition.
+    pub fn all() -> Self {
+        Slice { prefix: Vec::new(), lower: Bound::Unbounded, upper: Bound::Unbounded }
+    }
+
+    /// The rows whose first clustering columns equal `prefix`.
+    pub fn prefix(prefix: impl IntoIterator<Item = Value>) -> Self {
+        Slice { prefix: prefix.into_iter().collect(), lower: Bound::Unbounded, upper: Bound::Unbounded }
+    }
+
+    pub fn lower(mut self, bound: Bound<Value>) -> Self {
+        self.lower = bound;
+        self
+    }
+
+    pub fn upper(mut self, bound: Bound<Value>) -> Self {
+        self.upper = bound;
+        self
+    }
+
+    /// Whether a full clustering key lies in the slice.
+    pub fn contains(&self, clustering: &[Value]) -> bool {
+        if clustering.len() < self.prefix.len() || cmp_keys(&clustering[..self.prefix.len()], &self.prefix).is_ne() {
+            return false;
+        }
+        let Some(next) = clustering.get(self.prefix.len()) else {
+            return true;
+        };
+        let above_lower = match &self.lower {
+            Bound::Unbounded => true,
+            Bound::Included(v) => next.cmp_same_type(v).is_ge(),
+            Bound::Excluded(v) => next.cmp_same_type(v).is_gt(),
+        };
+        let below_upper = match &self.upper {
+            Bound::Unbounded => true,
+            Bound::Included(v) => next.cmp_same_type(v).is_le(),
+            Bound::Excluded(v) => next.cmp_same_type(v).is_lt(),
+        };
+        above_lower && below_upper
+    }
+
+    /// Whether every key in `other` is also in `self` (used to drop tombstones
+    /// that a newer, wider one makes redundant).
+    pub fn covers(&self, other: &Slice) -> bool {
+        if self.prefix.len() > other.prefix.len() || cmp_keys(&other.prefix[..self.prefix.len()], &self.prefix).is_ne() {
+            return false;
+        }
+        if self.prefix.len() < other.prefix.len() {
+            // `other` pins the column `self` ranges over to one value.
+            return self.contains(&other.prefix[..=self.prefix.len()]);
+        }
+        let lower_ok = match (&self.lower, &other.lower) {
+            (Bound::Unbounded, _) => true,
+            (_, Bound::Unbounded) => false,
+            (Bound::Included(a), Bound::Included(b) | Bound::Excluded(b)) => a.cmp_same_type(b).is_le(),
+            (Bound::Excluded(a), Bound::Excluded(b)) => a.cmp_same_type(b).is_le(),
+            (Bound::Excluded(a), Bound::Included(b)) => a.cmp_same_type(b).is_lt(),
+        };
+        let upper_ok = match (&self.upper, &other.upper) {
+            (Bound::Unbounded, _) => true,
+            (_, Bound::Unbounded) => false,
+            (Bound::Included(a), Bound::Included(b) | Bound::Excluded(b)) => a.cmp_same_type(b).is_ge(),
+            (Bound::Excluded(a), Bound::Excluded(b)) => a.cmp_same_type(b).is_ge(),
+            (Bound::Excluded(a), Bound::Included(b)) => a.cmp_same_type(b).is_gt(),
+        };
+        lower_ok && upper_ok
+    }
+}
+
+/// The order rows come back in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadOrder {
+    /// The table's clustering order.
+    #[default]
+    Clustering,
+    /// The reverse of it.
+    Reversed,
+}
+
+/// Read rows of one partition, a page at a time.
+#[derive(Debug, Clone)]
+pub struct ReadQuery {
+    pub table: &'static TableDef,
+    pub partition: Vec<Value>,
+    pub slice: Slice,
+    pub order: ReadOrder,
+    /// Rows per page; `None` reads the whole slice at once.
+    pub limit: Option<u32>,
+    /// Resume after the last row of a previous page of the same query.
+    pub page_token: Option<String>,
+    /// Regular and static columns to return (key columns always are); `None` for all.
+    pub columns: Option<Vec<&'static str>>,
+}
+
+impl ReadQuery {
+    pub fn new(table: &'static TableDef, partition: impl IntoIterator<Item = Value>) -> Self {
+        ReadQuery {
+            table,
+            partition: partition.into_iter().collect(),
+            slice: Slice::all(),
+            order: ReadOrder::Clustering,
+            limit: None,
+            page_token: None,
+            columns: None,
+        }
+    }
+
+    pub fn slice(mut self, slice: Slice) -> Self {
+        self.slice = slice;
+        self
+    }
+
+    pub fn order(mut self, order: ReadOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    pub fn page_token(mut self, token: Option<String>) -> Self {
+        self.page_token = token;
+        self
+    }
+
+    pub fn columns(mut self, columns: impl IntoIterator<Item = &'static str>) -> Self {
+        self.columns = Some(columns.into_iter().collect());
+        self
+    }
+}
+
+/// One page of a partition read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Page {
+    pub rows: Vec<Row>,
+    /// The partition's static cells, when the table has any and one is set.
+    pub statics: Option<Row>,
+    /// Present when more rows may follow; pass it back as `page_token`.
+    pub next: Option<String>,
+}
+
+/// The condition of a conditional write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    /// The row (or, for a static-only write, the partition's static cells) does not exist.
+    NotExists,
+    /// Each column currently holds the value (`Value::Null`: is unset).
+    Equals(Vec<(&'static str, Value)>),
+}
+
+/// A conditional write (a lightweight transaction): the writes apply, atomically,
+/// only if the condition holds; among concurrent callers, exactly one sees a
+/// given state. All writes must target the condition's partition.
+#[derive(Debug, Clone)]
+pub struct Cas {
+    pub table: &'static TableDef,
+    pub partition: Vec<Value>,
+    /// The row the condition reads; `None` for conditions on static columns only.
+    pub clustering: Option<Vec<Value>>,
+    pub condition: Condition,
+    pub writes: Vec<Write>,
+}
+
+impl Cas {
+    /// `INSERT ... IF NOT EXISTS`.
+    pub fn insert_if_not_exists(upsert: Upsert) -> Self {
+        let pk_len = upsert.table.partition_key().count();
+        let (partition, clustering) = upsert.key.split_at(pk_len.min(upsert.key.len()));
+        Cas {
+            table: upsert.table,
+            partition: partition.to_vec(),
+            clustering: if clustering.is_empty() && upsert.table.clustering().next().is_some() { None } else { Some(clustering.to_vec()) },
+            condition: Condition::NotExists,
+            writes: vec![Write::Upsert(upsert)],
+        }
+    }
+}
+
+/// The result of a conditional write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CasOutcome {
+    pub applied: bool,
+    /// When not applied: the row (and static cells) the condition was checked against.
+    pub current: Option<Row>,
+}
+
+/// A partition found by a scan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScannedPartition {
+    /// The partition's Murmur3 token.
+    pub token: i64,
+    pub key: Vec<Value>,
+}
+
+/// One page of a token-ordered partition scan.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScanPage {
+    pub partitions: Vec<ScannedPartition>,
+    pub next: Option<String>,
+}
+
+/// What a purge of expired data removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PurgeStats {
+    pub rows: u64,
+    pub tombstones: u64,
+    /// Bytes the database files shrank by.
+    pub bytes_freed: u64,
+}

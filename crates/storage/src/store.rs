@@ -1,0 +1,419 @@
+//! The engine trait and the `Store` handle services hold.
+
+use std::fmt::Debug;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use revstore_codecs::PageTokenCodec;
+use revstore_schema::{ColumnKind, ColumnType, TableDef};
+
+use crate::error::{StoreError, StoreResult};
+use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, Slice, Upsert, Write};
+use crate::value::{Row, Value, decode_values, encode_values};
+
+/// The engines revstore knows, named even when not built in, so an error can
+/// say which one is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// SQLite in a local directory.
+    Embedded,
+    /// Apache Cassandra or ScyllaDB.
+    Cassandra,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Embedded => "embedded",
+            EngineKind::Cassandra => "cassandra",
+        }
+    }
+}
+
+/// What an engine implements. Requests reach an engine only after [`Store`] has
+/// validated them against their table, so engines may rely on well-formed keys,
+/// known columns and matching types.
+#[async_trait]
+pub trait Engine: Send + Sync + Debug {
+    fn kind(&self) -> EngineKind;
+
+    /// Creates the tables that do not exist; fails if one exists with another shape.
+    async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()>;
+
+    /// Applies the writes atomically: all of them or none.
+    async fn apply(&self, writes: Vec<Write>) -> StoreResult<()>;
+
+    /// Reads one page. `after` is the clustering key of the last row of the
+    /// previous page (from the page token); the engine returns up to `limit + 1`
+    /// rows after it so the store can tell whether another page follows.
+    async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)>;
+
+    async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome>;
+
+    /// Up to `limit + 1` partitions of `table` in token order, strictly after
+    /// `after` (a token and the partition key at that token).
+    async fn scan(
+        &self,
+        table: &'static TableDef,
+        after: Option<(i64, Vec<Value>)>,
+        limit: u32,
+    ) -> StoreResult<Vec<crate::ops::ScannedPartition>>;
+
+    /// Cheap reachability check for readiness probes.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Removes data past its TTL and tombstones past their grace period, and
+    /// returns the space to the file system. Engines that do this themselves
+    /// (Cassandra compaction) report nothing removed.
+    async fn purge_expired(&self) -> StoreResult<PurgeStats>;
+}
+
+/// The handle services hold: validation, page tokens and schema checks in front
+/// of one engine. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    engine: Arc<dyn Engine>,
+    tokens: PageTokenCodec,
+}
+
+/// Used when a deployment configures no key of its own: tokens are then still
+/// tamper-evident against accidental edits, not against a determined forger.
+const DEFAULT_PAGE_TOKEN_KEY: &[u8] = b"revstore page tokens v1";
+
+impl Store {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY) }
+    }
+
+    /// Signs page tokens with `key` (shared by all replicas of a service).
+    pub fn with_page_token_key(mut self, key: &[u8]) -> Self {
+        self.tokens = PageTokenCodec::new(key);
+        self
+    }
+
+    pub fn kind(&self) -> EngineKind {
+        self.engine.kind()
+    }
+
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    pub async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
+        for t in tables {
+            t.validate().map_err(StoreError::Invalid)?;
+        }
+        self.engine.ensure_tables(tables).await
+    }
+
+    /// Applies one write.
+    pub async fn write(&self, write: impl Into<Write>) -> StoreResult<()> {
+        self.apply(vec![write.into()]).await
+    }
+
+    /// Applies writes atomically. Every write is validated first; one invalid
+    /// write rejects the whole batch before anything is written.
+    pub async fn apply(&self, writes: Vec<Write>) -> StoreResult<()> {
+        if writes.is_empty() {
+            return Err(StoreError::invalid("empty batch"));
+        }
+        for w in &writes {
+            validate_write(w)?;
+        }
+        self.engine.apply(writes).await
+    }
+
+    /// Reads one page of a partition.
+    pub async fn read(&self, query: &ReadQuery) -> StoreResult<Page> {
+        validate_read(query)?;
+        let scope = read_scope(query);
+        let after = match &query.page_token {
+            Some(token) => {
+                let payload = self.tokens.open(&scope, token).map_err(StoreError::BadPageToken)?;
+                let key = decode_values(&payload).map_err(|_| StoreError::invalid("page token does not hold a row key"))?;
+                if key.len() != query.table.clustering().count() {
+                    return Err(StoreError::invalid("page token does not hold a row key of this table"));
+                }
+                Some(key)
+            }
+            None => None,
+        };
+        let (mut rows, statics) = self.engine.read(query, after).await?;
+        let mut next = None;
+        if let Some(limit) = query.limit
+            && rows.len() > limit as usize
+        {
+            rows.truncate(limit as usize);
+            let last = rows.last().map(|row| clustering_key(query.table, row)).unwrap_or_default();
+            next = Some(self.tokens.seal(&scope, &encode_values(&last)));
+        }
+        Ok(Page { rows, statics, next })
+    }
+
+    /// Reads one row by its full key, or `None`.
+    pub async fn get(&self, table: &'static TableDef, key: Vec<Value>, columns: Option<Vec<&'static str>>) -> StoreResult<Option<Row>> {
+        let pk_len = table.partition_key().count();
+        if key.len() != pk_len + table.clustering().count() {
+            return Err(StoreError::invalid(format!("table {} needs the full key to get a row", table.name)));
+        }
+        let mut key = key;
+        let clustering = key.split_off(pk_len);
+        let mut query = ReadQuery::new(table, key).slice(Slice::prefix(clustering)).limit(1);
+        query.columns = columns;
+        let mut page = self.read(&query).await?;
+        Ok(if page.rows.is_empty() { None } else { Some(page.rows.swap_remove(0)) })
+    }
+
+    pub async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome> {
+        validate_cas(&cas)?;
+        self.engine.cas(cas).await
+    }
+
+    /// Scans partitions in token order, a page at a time.
+    pub async fn scan(&self, table: &'static TableDef, page_token: Option<&str>, limit: u32) -> StoreResult<ScanPage> {
+        if limit == 0 {
+            return Err(StoreError::invalid("scan limit must be at least 1"));
+        }
+        let scope = format!("scan|{}", table.name).into_bytes();
+        let after = match page_token {
+            Some(token) => {
+                let payload = self.tokens.open(&scope, token).map_err(StoreError::BadPageToken)?;
+                let (token_bytes, key) =
+                    payload.split_at_checked(8).ok_or_else(|| StoreError::invalid("page token is not a scan position"))?;
+                let mut t = [0u8; 8];
+                t.copy_from_slice(token_bytes);
+                let key = decode_values(key).map_err(|_| StoreError::invalid("page token is not a scan position"))?;
+                Some((i64::from_be_bytes(t), key))
+            }
+            None => None,
+        };
+        let mut partitions = self.engine.scan(table, after, limit).await?;
+        let mut next = None;
+        if partitions.len() > limit as usize {
+            partitions.truncate(limit as usize);
+            if let Some(last) = partitions.last() {
+                let mut payload = last.token.to_be_bytes().to_vec();
+                payload.extend_from_slice(&encode_values(&last.key));
+                next = Some(self.tokens.seal(&scope, &payload));
+            }
+        }
+        Ok(ScanPage { partitions, next })
+    }
+
+    pub async fn ping(&self) -> StoreResult<()> {
+        self.engine.ping().await
+    }
+
+    pub async fn purge_expired(&self) -> StoreResult<PurgeStats> {
+        self.engine.purge_expired().await
+    }
+}
+
+/// The clustering key of a row read from `table`.
+pub fn clustering_key(table: &TableDef, row: &Row) -> Vec<Value> {
+    table.clustering().map(|(c, _)| row.get(c.name).cloned().unwrap_or(Value::Null)).collect()
+}
+
+/// What a page token is bound to: the table, the partition, the slice and the order.
+fn read_scope(q: &ReadQuery) -> Vec<u8> {
+    let mut scope = format!("read|{}|{:?}|", q.table.name, q.order).into_bytes();
+    scope.extend_from_slice(&encode_values(&q.partition));
+    scope.extend_from_slice(&encode_values(&q.slice.prefix));
+    for bound in [&q.slice.lower, &q.slice.upper] {
+        match bound {
+            Bound::Unbounded => scope.push(0),
+            Bound::Included(v) => {
+                scope.push(1);
+                scope.extend_from_slice(&encode_values(std::slice::from_ref(v)));
+            }
+            Bound::Excluded(v) => {
+                scope.push(2);
+                scope.extend_from_slice(&encode_values(std::slice::from_ref(v)));
+            }
+        }
+    }
+    scope
+}
+
+/// The longest TTL Cassandra accepts: 20 years.
+pub const MAX_TTL_SECS: u32 = 20 * 365 * 86_400;
+/// Cassandra's limit on one key component.
+const MAX_KEY_COMPONENT_BYTES: usize = 65_535;
+
+fn check_value(table: &TableDef, column: &str, ty: ColumnType, value: &Value, nullable: bool) -> StoreResult<()> {
+    let fail = |what: String| Err(StoreError::invalid(format!("{}.{column}: {what}", table.name)));
+    match value.column_type() {
+        None if nullable => Ok(()),
+        None => fail("a key column cannot be null".into()),
+        Some(t) if t != ty => fail(format!("expected a {} value, got {}", ty.cql(), t.cql())),
+        Some(_) => match value {
+            Value::TimeUuid(u) if u.get_version_num() != 1 => fail("not a time-based (version 1) UUID".into()),
+            _ => Ok(()),
+        },
+    }
+}
+
+fn check_key_part(table: &TableDef, columns: &[&'static revstore_schema::Column], values: &[Value], what: &str) -> StoreResult<()> {
+    if values.len() > columns.len() {
+        return Err(StoreError::invalid(format!("{}: {} values given for {} {what} columns", table.name, values.len(), columns.len())));
+    }
+    for (c, v) in columns.iter().zip(values) {
+        check_value(table, c.name, c.ty, v, false)?;
+        let size = match v {
+            Value::Text(s) => s.len(),
+            Value::Blob(b) => b.len(),
+            _ => 0,
+        };
+        if size > MAX_KEY_COMPONENT_BYTES {
+            return Err(StoreError::invalid(format!("{}.{}: key component over 64 KiB", table.name, c.name)));
+        }
+    }
+    Ok(())
+}
+
+fn key_columns(table: &TableDef) -> (Vec<&'static revstore_schema::Column>, Vec<&'static revstore_schema::Column>) {
+    (table.partition_key().collect(), table.clustering().map(|(c, _)| c).collect())
+}
+
+fn check_partition(table: &TableDef, partition: &[Value]) -> StoreResult<()> {
+    let (pk, _) = key_columns(table);
+    if partition.len() != pk.len() {
+        return Err(StoreError::invalid(format!("{}: the partition key has {} columns, {} given", table.name, pk.len(), partition.len())));
+    }
+    check_key_part(table, &pk, partition, "partition key")
+}
+
+fn check_slice(table: &TableDef, slice: &Slice) -> StoreResult<()> {
+    let (_, ck) = key_columns(table);
+    check_key_part(table, &ck, &slice.prefix, "clustering")?;
+    let bounded = !matches!((&slice.lower, &slice.upper), (Bound::Unbounded, Bound::Unbounded));
+    if bounded {
+        let Some(next) = ck.get(slice.prefix.len()) else {
+            return Err(StoreError::invalid(format!("{}: a range needs a clustering column after the prefix", table.name)));
+        };
+        for bound in [&slice.lower, &slice.upper] {
+            if let Bound::Included(v) | Bound::Excluded(v) = bound {
+                check_value(table, next.name, next.ty, v, false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_columns(table: &TableDef, names: impl Iterator<Item = &'static str>) -> StoreResult<()> {
+    for name in names {
+        match table.column(name) {
+            None => return Err(StoreError::invalid(format!("{}: no column {name}", table.name))),
+            Some(c) if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering(_)) => {
+                return Err(StoreError::invalid(format!("{}.{name}: key columns are set through the key", table.name)));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_upsert(u: &Upsert) -> StoreResult<()> {
+    let (pk, ck) = key_columns(u.table);
+    // A key without its clustering part addresses the partition's static cells.
+    let static_only = u.key.len() == pk.len() && !ck.is_empty();
+    if !static_only && u.key.len() != pk.len() + ck.len() {
+        return Err(StoreError::invalid(format!(
+            "{}: a write needs the partition key ({} columns) and either no or all {} clustering columns; {} values given",
+            u.table.name,
+            pk.len(),
+            ck.len(),
+            u.key.len()
+        )));
+    }
+    check_key_part(u.table, &pk, &u.key[..pk.len()], "partition key")?;
+    check_key_part(u.table, &ck, &u.key[pk.len()..], "clustering")?;
+    check_columns(u.table, u.cells.iter().map(|(n, _)| *n))?;
+    let mut seen = std::collections::HashSet::new();
+    for (name, value) in &u.cells {
+        if !seen.insert(*name) {
+            return Err(StoreError::invalid(format!("{}.{name}: set twice in one write", u.table.name)));
+        }
+        let Some(c) = u.table.column(name) else { continue };
+        if static_only && c.kind != ColumnKind::Static {
+            return Err(StoreError::invalid(format!(
+                "{}.{name}: a write without clustering key can only set static columns",
+                u.table.name
+            )));
+        }
+        check_value(u.table, name, c.ty, value, true)?;
+    }
+    if static_only && !u.table.has_statics() {
+        return Err(StoreError::invalid(format!("{}: the clustering key is missing", u.table.name)));
+    }
+    if u.ttl.is_some_and(|t| t > MAX_TTL_SECS) {
+        return Err(StoreError::invalid(format!("TTL over the maximum of {MAX_TTL_SECS} seconds")));
+    }
+    Ok(())
+}
+
+fn validate_write(w: &Write) -> StoreResult<()> {
+    match w {
+        Write::Upsert(u) => validate_upsert(u),
+        Write::Delete(d) => {
+            check_partition(d.table, &d.partition)?;
+            let (_, ck) = key_columns(d.table);
+            match &d.target {
+                DeleteTarget::Partition => Ok(()),
+                DeleteTarget::Row(key) if key.len() == ck.len() && !ck.is_empty() => check_key_part(d.table, &ck, key, "clustering"),
+                DeleteTarget::Row(_) => Err(StoreError::invalid(format!("{}: a row delete needs the full clustering key", d.table.name))),
+                DeleteTarget::Range(slice) => check_slice(d.table, slice),
+            }
+        }
+    }
+}
+
+fn validate_read(q: &ReadQuery) -> StoreResult<()> {
+    check_partition(q.table, &q.partition)?;
+    check_slice(q.table, &q.slice)?;
+    if q.limit == Some(0) {
+        return Err(StoreError::invalid("limit must be at least 1"));
+    }
+    if let Some(columns) = &q.columns {
+        check_columns(q.table, columns.iter().copied())?;
+    }
+    Ok(())
+}
+
+fn validate_cas(c: &Cas) -> StoreResult<()> {
+    check_partition(c.table, &c.partition)?;
+    let (_, ck) = key_columns(c.table);
+    if let Some(clustering) = &c.clustering {
+        if clustering.len() != ck.len() {
+            return Err(StoreError::invalid(format!("{}: a condition on a row needs its full clustering key", c.table.name)));
+        }
+        check_key_part(c.table, &ck, clustering, "clustering")?;
+    }
+    if let Condition::Equals(expected) = &c.condition {
+        if expected.is_empty() {
+            return Err(StoreError::invalid("a condition needs at least one column"));
+        }
+        check_columns(c.table, expected.iter().map(|(n, _)| *n))?;
+        for (name, value) in expected {
+            let Some(col) = c.table.column(name) else { continue };
+            if col.kind == ColumnKind::Regular && c.clustering.is_none() {
+                return Err(StoreError::invalid(format!(
+                    "{}.{name}: a condition on a regular column needs the row's clustering key",
+                    c.table.name
+                )));
+            }
+            check_value(c.table, name, col.ty, value, true)?;
+        }
+    }
+    if c.writes.is_empty() {
+        return Err(StoreError::invalid("a conditional write needs at least one write"));
+    }
+    for w in &c.writes {
+        validate_write(w)?;
+        if !std::ptr::eq(w.table(), c.table) || w.partition() != c.partition.as_slice() {
+            return Err(StoreError::invalid("a conditional batch must stay in the condition's table and partition"));
+        }
+    }
+    Ok(())
+}
