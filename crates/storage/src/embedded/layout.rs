@@ -9,6 +9,8 @@
 //! in `t$static`, keyed by the partition key. Row, range and partition
 //! deletes are recorded in `$tombstones` so that a write with an older timestamp
 //! arriving later stays deleted, until the tombstone's grace period ends.
+//! `$tables` keeps the declaration each table was created from, so a changed
+//! declaration (even one SQLite cannot see, like a clustering order) is refused.
 //!
 //! A cell's `c$exp` means: for a live value, when it expires (NULL: never); for a
 //! deleted value (value NULL, `c$ts` set), when its tombstone may be purged.
@@ -87,8 +89,7 @@ impl CellTable {
     }
 }
 
-/// The `CREATE` statements for a table, in order. The first is the row table's,
-/// whose text is compared with `sqlite_master` to detect a changed declaration.
+/// The `CREATE` statements for a table: its row table, statics table and indexes.
 pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     let mut stmts = Vec::new();
     let key: Vec<&Column> = pk_cols(t).into_iter().chain(ck_cols(t).into_iter().map(|(c, _)| c)).collect();
@@ -105,7 +106,7 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     }
     cols.push("\"$purge\" INTEGER".into());
     cols.push(format!("PRIMARY KEY ({key_list})"));
-    stmts.push(format!("CREATE TABLE {} ({})", q(t.name), cols.join(", ")));
+    stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(t.name), cols.join(", ")));
     stmts.push(format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$token\", {pk_list})", q(&format!("{}$by_token", t.name)), q(t.name)));
     stmts.push(format!(
         "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
@@ -134,8 +135,9 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     stmts
 }
 
-/// Engine-wide bookkeeping tables.
-pub(crate) const TOMBSTONES_DDL: &[&str] = &[
+/// Engine-wide bookkeeping: the declaration each table was created from, and tombstones.
+pub(crate) const ENGINE_TABLES_DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS \"$tables\" (name TEXT PRIMARY KEY, declaration TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS \"$tombstones\" (tbl TEXT NOT NULL, pk BLOB NOT NULL, slice BLOB, ts INTEGER NOT NULL, \"$purge\" INTEGER NOT NULL)",
     "CREATE INDEX IF NOT EXISTS \"$tombstones$by_partition\" ON \"$tombstones\" (tbl, pk, ts)",
     "CREATE INDEX IF NOT EXISTS \"$tombstones$by_purge\" ON \"$tombstones\" (\"$purge\")",

@@ -18,7 +18,7 @@ use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use tokio::sync::oneshot;
 
 use super::layout::{
-    CellMeta, CellTable, TOMBSTONES_DDL, create_statements, decode_slice, encode_slice, exp_col, from_sql, pk_cols, purge_time, q,
+    CellMeta, CellTable, ENGINE_TABLES_DDL, create_statements, decode_slice, encode_slice, exp_col, from_sql, pk_cols, purge_time, q,
     regular_cols, static_cols, to_sql, ts_col,
 };
 use super::query::{Sql, read_statics};
@@ -141,27 +141,28 @@ impl Writer {
     fn ensure(&mut self, tables: &[&'static TableDef]) -> StoreResult<()> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = (|| {
-            for ddl in TOMBSTONES_DDL {
+            for ddl in ENGINE_TABLES_DDL {
                 self.conn.execute_batch(ddl)?;
             }
             for t in tables {
-                let stmts = create_statements(t);
-                let existing: Option<String> = self
-                    .conn
-                    .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1", [t.name], |r| r.get(0))
-                    .optional()?;
-                match existing {
-                    Some(sql) if sql == stmts[0] => {}
+                // The declaration as CQL: clustering order and TTL included,
+                // which the SQLite layout alone does not show.
+                let declaration = revstore_schema::cql::create_table("embedded", t);
+                let known: Option<String> =
+                    self.conn.query_row("SELECT declaration FROM \"$tables\" WHERE name = ?1", [t.name], |r| r.get(0)).optional()?;
+                match known {
+                    Some(known) if known == declaration => {}
                     Some(_) => {
                         return Err(StoreError::SchemaMismatch(format!(
-                            "table {} exists with another layout; migrate it before running this version",
+                            "table {} exists with another declaration; migrate it before running this version",
                             t.name
                         )));
                     }
                     None => {
-                        for s in &stmts {
-                            self.conn.execute_batch(s)?;
+                        for s in create_statements(t) {
+                            self.conn.execute_batch(&s)?;
                         }
+                        self.conn.execute("INSERT INTO \"$tables\" (name, declaration) VALUES (?1, ?2)", [t.name, declaration.as_str()])?;
                     }
                 }
             }
@@ -564,7 +565,7 @@ impl Writer {
         let result = (|| {
             let tables: Vec<String> = self
                 .conn
-                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name <> '$tombstones' AND sql LIKE '%\"$purge\"%'")?
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('$tombstones', '$tables') AND sql LIKE '%\"$purge\"%'")?
                 .query_map([], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;
             for table in tables {
@@ -585,8 +586,10 @@ impl Writer {
             }
         }
         // Hand freed pages back to the file system: move them to the end of the
-        // file and truncate it, then fold the WAL into the database.
-        self.conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
+        // file and truncate it, then fold the WAL into the database. The vacuum
+        // frees pages as it is stepped, so it must be stepped to the end.
+        step_to_end(&self.conn, "PRAGMA incremental_vacuum")?;
+        step_to_end(&self.conn, "PRAGMA wal_checkpoint(TRUNCATE)")?;
         stats.bytes_freed = before.saturating_sub(self.file_bytes());
         Ok(stats)
     }
@@ -610,6 +613,14 @@ fn cells_of<'v>(
     meta: impl Fn(&Value) -> CellMeta,
 ) -> Vec<(usize, &'v Value, CellMeta)> {
     writes.iter().filter_map(|(name, v)| table.cols.iter().position(|c| c.name == *name).map(|i| (i, v, meta(v)))).collect()
+}
+
+/// Runs a statement until it has no more rows (some pragmas work a step at a time).
+fn step_to_end(conn: &Connection, sql: &str) -> StoreResult<()> {
+    let mut stmt = conn.prepare(sql)?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
+    Ok(())
 }
 
 fn fail(job: Job, err: StoreError) {

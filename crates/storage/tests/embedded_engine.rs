@@ -1,0 +1,147 @@
+//! Behaviour of the embedded engine beyond the conformance suite: space really
+//! comes back after TTL expiry, the data directory is exclusive, data survives a
+//! reopen, and a changed table declaration is refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use revstore_schema::model::ColumnType::{BigInt, Blob, Text};
+use revstore_schema::{Column as C, Compaction, Order, TableDef};
+use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Slice, Store, StoreError, Upsert, Value, Write};
+
+static BLOBS: TableDef = TableDef {
+    name: "blobs",
+    columns: &[C::partition("k", Text), C::clustering("c", BigInt, Order::Asc), C::regular("v", Blob)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "",
+};
+
+/// The same table name with another shape, as a changed declaration would have.
+static BLOBS_CHANGED: TableDef = TableDef {
+    name: "blobs",
+    columns: &[C::partition("k", Text), C::clustering("c", BigInt, Order::Desc), C::regular("v", Blob)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "",
+};
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> Store {
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), gc_grace: Duration::from_secs(3600), ..EmbeddedOptions::default() };
+    Store::new(Arc::new(EmbeddedEngine::open(dir, options).expect("open")))
+}
+
+fn files_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).expect("dir").filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()
+}
+
+/// Values that do not compress away, so file sizes mean something.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_expiry_gives_disk_space_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    store.purge_expired().await.expect("purge");
+    let empty = files_size(dir.path());
+
+    // 24 MiB that expire in a minute, and 1 MiB that stays.
+    for batch in 0..48 {
+        let writes: Vec<Write> = (0..8)
+            .map(|i| {
+                Upsert::new(&BLOBS, [Value::from("k"), Value::from(batch * 8 + i)])
+                    .set("v", noise(batch as u64 * 8 + i as u64, 64 * 1024))
+                    .ttl(60)
+                    .into()
+            })
+            .collect();
+        store.apply(writes).await.expect("write");
+    }
+    for i in 0..16 {
+        store
+            .write(Upsert::new(&BLOBS, [Value::from("keep"), Value::from(i)]).set("v", noise(10_000 + i as u64, 64 * 1024)))
+            .await
+            .expect("write");
+    }
+    store.purge_expired().await.expect("purge");
+    let full = files_size(dir.path());
+    assert!(full > empty + 24 * 1024 * 1024, "full {full}, empty {empty}");
+
+    // Nothing has expired yet: a purge keeps everything.
+    let early = store.purge_expired().await.expect("purge");
+    assert_eq!(early.rows, 0);
+
+    clock.advance_secs(61);
+    let stats = store.purge_expired().await.expect("purge");
+    assert_eq!(stats.rows, 384);
+    let after = files_size(dir.path());
+    assert!(after < empty + 2 * 1024 * 1024 + 512 * 1024, "expired data still on disk: {after} bytes, empty store {empty}");
+    assert!(stats.bytes_freed >= 20 * 1024 * 1024, "{stats:?}");
+    let kept = store.read(&ReadQuery::new(&BLOBS, [Value::from("keep")])).await.expect("read");
+    assert_eq!(kept.rows.len(), 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_shadow_until_their_grace_period_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    let row = |ts: i64| Upsert::new(&BLOBS, [Value::from("k"), Value::from(1i64)]).set("v", vec![1u8]).timestamp(ts);
+    store.write(Delete::range(&BLOBS, [Value::from("k")], Slice::all()).timestamp(1_000)).await.expect("delete");
+    store.write(row(900)).await.expect("write");
+    assert!(store.read(&ReadQuery::new(&BLOBS, [Value::from("k")])).await.expect("read").rows.is_empty());
+    // Within the grace period a purge keeps the tombstone...
+    clock.advance_secs(1800);
+    assert_eq!(store.purge_expired().await.expect("purge").tombstones, 0);
+    store.write(row(900)).await.expect("write");
+    assert!(store.read(&ReadQuery::new(&BLOBS, [Value::from("k")])).await.expect("read").rows.is_empty());
+    // ...after it, the tombstone is gone, as Cassandra drops it at gc_grace_seconds.
+    clock.advance_secs(1801);
+    assert_eq!(store.purge_expired().await.expect("purge").tombstones, 1);
+    store.write(row(900)).await.expect("write");
+    assert_eq!(store.read(&ReadQuery::new(&BLOBS, [Value::from("k")])).await.expect("read").rows.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_reopen_and_the_directory_is_exclusive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    {
+        let store = open(dir.path(), &clock);
+        store.ensure_tables(&[&BLOBS]).await.expect("tables");
+        store.write(Upsert::new(&BLOBS, [Value::from("k"), Value::from(7i64)]).set("v", vec![7u8; 10])).await.expect("write");
+        let second = EmbeddedEngine::open(dir.path(), EmbeddedOptions::default());
+        match second {
+            Err(StoreError::Unavailable(msg)) => assert!(msg.contains("in use by another process"), "{msg}"),
+            other => panic!("a second engine opened the same directory: {other:?}"),
+        }
+    }
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    let row = store.get(&BLOBS, vec![Value::from("k"), Value::from(7i64)], None).await.expect("get").expect("row");
+    assert_eq!(row.blob("v"), Some(&[7u8; 10][..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_declaration_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path(), &ManualClock::starting_now());
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    match store.ensure_tables(&[&BLOBS_CHANGED]).await {
+        Err(StoreError::SchemaMismatch(msg)) => assert!(msg.contains("blobs"), "{msg}"),
+        other => panic!("expected a schema mismatch, got {other:?}"),
+    }
+}
