@@ -270,7 +270,11 @@ pub fn decode_values(mut input: &[u8]) -> Result<Vec<Value>, StoreError> {
             2 => Value::BigInt(i64::from_be_bytes(array(&mut input)?)),
             4 => Value::TimeUuid(Uuid::from_bytes(array(&mut input)?)),
             5 => Value::Timestamp(i64::from_be_bytes(array(&mut input)?)),
-            6 => Value::Boolean(take(&mut input, 1)?[0] != 0),
+            6 => match take(&mut input, 1)?[0] {
+                0 => Value::Boolean(false),
+                1 => Value::Boolean(true),
+                _ => return Err(StoreError::Corrupt("boolean value is neither 0 nor 1".into())),
+            },
             other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
         });
     }
