@@ -1,1 +1,230 @@
-fn main() {}
+//! Storage benchmark: point writes, point reads, 100-row partition scans and
+//! range deletes, with 2 KiB and 100 KiB values of real page HTML, on each engine
+//! asked for, side by side in one run.
+//!
+//! ```text
+//! cargo bench -p revstore-storage --bench store -- [--engines embedded] [--scale F]
+//! ```
+//! `--scale` multiplies the operation counts (default 1.0; 0.1 for a quick look).
+//! Values are windows of the Anarchism article's Parsoid HTML history from
+//! `$REVSTORE_SHARED_DATA` (default `../shared/data` beside the checkout).
+//! Output: a Markdown table for BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use revstore_schema::model::ColumnType::{BigInt, Blob, Text};
+use revstore_schema::{Column as C, Compaction, Order, TableDef};
+use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ReadQuery, Slice, Store, Upsert, Value};
+
+static BENCH_KV: TableDef = TableDef {
+    name: "bench_kv",
+    columns: &[C::partition("k", Text), C::regular("v", Blob)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "storage benchmark",
+};
+
+static BENCH_ROWS: TableDef = TableDef {
+    name: "bench_rows",
+    columns: &[C::partition("p", Text), C::clustering("c", BigInt, Order::Asc), C::regular("v", Blob)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "storage benchmark",
+};
+
+const CONCURRENCY: usize = 32;
+const ROWS_PER_PARTITION: i64 = 100;
+
+/// Real HTML, cut into values of one size at varying offsets.
+struct Payloads(Vec<u8>);
+
+impl Payloads {
+    fn load() -> Payloads {
+        let root = std::env::var_os("REVSTORE_SHARED_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
+        let dir = root.join("histories/enwiki_Anarchism.html");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e} (set REVSTORE_SHARED_DATA)", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "html"))
+            .collect();
+        files.sort();
+        let mut all = Vec::new();
+        for f in files {
+            all.extend(std::fs::read(f).expect("read html"));
+        }
+        Payloads(all)
+    }
+
+    fn value(&self, i: usize, size: usize) -> Vec<u8> {
+        let start = (i.wrapping_mul(7919)) % (self.0.len() - size);
+        self.0[start..start + size].to_vec()
+    }
+}
+
+struct Measurement {
+    engine: &'static str,
+    operation: &'static str,
+    value_size: usize,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    bytes: usize,
+}
+
+impl Measurement {
+    fn row(&self) -> String {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        let pct = |p: f64| sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3;
+        let secs = self.elapsed.as_secs_f64();
+        format!(
+            "| {} | {} | {} KiB | {} | {:.0} | {:.2} | {:.2} | {:.1} |",
+            self.engine,
+            self.operation,
+            self.value_size / 1024,
+            sorted.len(),
+            sorted.len() as f64 / secs,
+            pct(0.50),
+            pct(0.99),
+            self.bytes as f64 / secs / 1e6
+        )
+    }
+}
+
+/// Runs `op(i)` for i in 0..n from `concurrency` tasks, timing each call.
+async fn timed<F, Fut>(n: usize, concurrency: usize, op: F) -> (Vec<Duration>, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = t;
+            while i < n {
+                let begun = Instant::now();
+                op(i).await;
+                latencies.push(begun.elapsed());
+                i += concurrency;
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for t in tasks {
+        all.extend(t.await.expect("bench task"));
+    }
+    (all, started.elapsed())
+}
+
+async fn bench_engine(engine: &'static str, store: Store, payloads: Arc<Payloads>, scale: f64, out: &mut Vec<Measurement>) {
+    store.ensure_tables(&[&BENCH_KV, &BENCH_ROWS]).await.expect("tables");
+    for value_size in [2 * 1024, 100 * 1024] {
+        let n = |base: usize| ((base as f64 * scale) as usize).max(CONCURRENCY);
+        let (writes, reads, partitions) = if value_size <= 4096 { (n(4000), n(20_000), n(200)) } else { (n(800), n(4000), n(40)) };
+        let key = move |i: usize| Value::from(format!("{value_size}-{i}"));
+
+        for (operation, concurrency, offset) in [("point write, 1 writer", 1, 0), ("point write, 32 writers", CONCURRENCY, writes)] {
+            let (s, p) = (store.clone(), payloads.clone());
+            let (latencies, elapsed) = timed(writes, concurrency, move |i| {
+                let (s, v) = (s.clone(), p.value(i, value_size));
+                async move { s.write(Upsert::new(&BENCH_KV, [key(offset + i)]).set("v", v)).await.expect("write") }
+            })
+            .await;
+            out.push(Measurement { engine, operation, value_size, latencies, elapsed, bytes: writes * value_size });
+        }
+        for (operation, concurrency) in [("point read, 1 reader", 1), ("point read, 32 readers", CONCURRENCY)] {
+            let s = store.clone();
+            let (latencies, elapsed) = timed(reads, concurrency, move |i| {
+                let s = s.clone();
+                async move {
+                    let k = (i.wrapping_mul(2_654_435_761)) % (2 * writes);
+                    let row = s.get(&BENCH_KV, vec![key(k)], None).await.expect("read").expect("row exists");
+                    assert_eq!(row.blob("v").map(<[u8]>::len), Some(value_size));
+                }
+            })
+            .await;
+            out.push(Measurement { engine, operation, value_size, latencies, elapsed, bytes: reads * value_size });
+        }
+
+        let part = move |i: usize| Value::from(format!("{value_size}-part-{i}"));
+        for i in 0..partitions {
+            let rows: Vec<_> = (0..ROWS_PER_PARTITION)
+                .map(|c| {
+                    Upsert::new(&BENCH_ROWS, [part(i), Value::from(c)]).set("v", payloads.value(i * 100 + c as usize, value_size)).into()
+                })
+                .collect();
+            for chunk in rows.chunks(10) {
+                store.apply(chunk.to_vec()).await.expect("setup batch");
+            }
+        }
+        let s = store.clone();
+        let (latencies, elapsed) = timed(partitions, 1, move |i| {
+            let s = s.clone();
+            async move {
+                let page = s.read(&ReadQuery::new(&BENCH_ROWS, [part(i)])).await.expect("scan");
+                assert_eq!(page.rows.len(), ROWS_PER_PARTITION as usize);
+            }
+        })
+        .await;
+        out.push(Measurement {
+            engine,
+            operation: "100-row partition scan",
+            value_size,
+            latencies,
+            elapsed,
+            bytes: partitions * ROWS_PER_PARTITION as usize * value_size,
+        });
+        let s = store.clone();
+        let (latencies, elapsed) = timed(partitions, 1, move |i| {
+            let s = s.clone();
+            async move {
+                let half = Slice::all().upper(std::ops::Bound::Excluded(Value::from(ROWS_PER_PARTITION / 2)));
+                s.write(Delete::range(&BENCH_ROWS, [part(i)], half)).await.expect("range delete");
+            }
+        })
+        .await;
+        out.push(Measurement { engine, operation: "range delete, 50 of 100 rows", value_size, latencies, elapsed, bytes: 0 });
+    }
+}
+
+fn open_embedded() -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open embedded engine");
+    (Store::new(Arc::new(engine)), dir)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let engines = flag("--engines").unwrap_or_else(|| "embedded".into());
+    let scale: f64 = flag("--scale").map(|s| s.parse().expect("--scale takes a number")).unwrap_or(1.0);
+    let payloads = Arc::new(Payloads::load());
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let mut results = Vec::new();
+    runtime.block_on(async {
+        for engine in engines.split(',') {
+            match engine {
+                "embedded" => {
+                    let (store, _dir) = open_embedded();
+                    bench_engine("embedded", store, payloads.clone(), scale, &mut results).await;
+                }
+                other => panic!("unknown engine {other:?}: this build benchmarks: embedded"),
+            }
+        }
+    });
+    let mut report =
+        String::from("| engine | operation | value | ops | ops/s | p50 ms | p99 ms | MB/s |\n|---|---|---|---|---|---|---|---|\n");
+    for m in &results {
+        report.push_str(&m.row());
+        report.push('\n');
+    }
+    print!("{report}");
+}
