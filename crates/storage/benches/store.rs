@@ -10,6 +10,9 @@
 //! `$REVSTORE_SHARED_DATA` (default `../shared/data` beside the checkout).
 //! Output: a Markdown table for BENCHMARKS.md.
 
+// The report on stdout is what this binary is for.
+#![allow(clippy::print_stdout)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
