@@ -37,6 +37,10 @@ impl ManualClock {
         self.0.fetch_add(secs * 1_000_000, Ordering::SeqCst);
     }
 
+    pub fn advance(&self, by: std::time::Duration) {
+        self.0.fetch_add(by.as_micros() as i64, Ordering::SeqCst);
+    }
+
     pub fn set_micros(&self, micros: i64) {
         self.0.store(micros, Ordering::SeqCst);
     }

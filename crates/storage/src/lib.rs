@@ -12,10 +12,12 @@
 //! - [`ops`]: the requests (writes, reads, conditional writes, scans) and their results.
 //! - [`store`]: the [`Engine`] trait, the [`Store`] handle and request validation.
 //! - [`embedded`]: the SQLite engine (one directory, no server; the default).
+//! - [`cassandra`]: the Cassandra/ScyllaDB engine.
 //! - [`clock`]: injectable time, so TTL behaviour is tested without sleeping.
 //! - [`conformance`]: the behaviour every engine must show, as a test suite that
 //!   each engine's tests instantiate with [`conformance_suite!`].
 
+pub mod cassandra;
 pub mod clock;
 pub mod conformance;
 pub mod embedded;
@@ -24,6 +26,7 @@ pub mod ops;
 pub mod store;
 pub mod value;
 
+pub use cassandra::{CassandraEngine, CassandraOptions};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
 pub use error::{StoreError, StoreResult};

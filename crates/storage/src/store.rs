@@ -409,6 +409,18 @@ fn validate_cas(c: &Cas) -> StoreResult<()> {
     if c.writes.is_empty() {
         return Err(StoreError::invalid("a conditional write needs at least one write"));
     }
+    if c.condition == Condition::NotExists {
+        let key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
+        if !c.writes.iter().any(|w| matches!(w, Write::Upsert(u) if u.key == key)) {
+            return Err(StoreError::invalid("a not-exists condition needs a write that creates the row it checks"));
+        }
+    }
+    if c.writes.iter().any(|w| match w {
+        Write::Upsert(u) => u.timestamp.is_some(),
+        Write::Delete(d) => d.timestamp.is_some(),
+    }) {
+        return Err(StoreError::invalid("conditional writes take their timestamp from the store"));
+    }
     for w in &c.writes {
         validate_write(w)?;
         if !std::ptr::eq(w.table(), c.table) || w.partition() != c.partition.as_slice() {

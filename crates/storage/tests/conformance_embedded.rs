@@ -15,9 +15,9 @@ mod conformance_embedded {
         store.ensure_tables(&TABLES).await.expect("tables");
         Subject {
             store,
-            advance: Arc::new(move |secs| {
+            advance: Arc::new(move |by| {
                 let clock = clock.clone();
-                Box::pin(async move { clock.advance_secs(secs as i64) })
+                Box::pin(async move { clock.advance(by) })
             }),
             guard: Box::new(dir),
         }

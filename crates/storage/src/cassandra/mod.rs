@@ -1,0 +1,507 @@
+//! The Cassandra/ScyllaDB engine, through the `scylla` driver.
+//!
+//! One session per engine (per process), statements prepared once and reused
+//! (token-aware routing follows from preparing: the driver knows where each
+//! partition key lives), consistency LOCAL_QUORUM for reads and writes and
+//! LOCAL_SERIAL for conditions unless configured otherwise. Every request has a
+//! client-side timeout, so a stopped cluster makes calls fail with
+//! [`StoreError::Unavailable`] instead of hanging; the driver reconnects on its
+//! own when nodes come back.
+//!
+//! Cassandra-only behaviour worth knowing, all handled here:
+//! - CQL has no `OR`, so resuming a page after (a, b) runs "a = x AND b > y",
+//!   then "a > x" ([`cql::reads`]);
+//! - a range delete over every row is written as `first_clustering >= min`,
+//!   since a bare partition delete would also remove the static cells;
+//! - `USING TIMESTAMP` cannot be combined with a condition, so conditional
+//!   writes take the server's (Paxos) timestamp, as on the embedded engine;
+//! - ScyllaDB keyspaces are created with tablets off (lightweight transactions).
+
+pub(crate) mod cql;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use revstore_schema::cql::{Flavor, Replication, create_keyspace, create_table};
+use revstore_schema::{Column, ColumnKind, Order, TableDef};
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::errors::{ExecutionError, NewSessionError, PrepareError, RequestAttemptError};
+use scylla::frame::types::{Consistency, SerialConsistency};
+use scylla::response::query_result::QueryResult;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::CqlValue;
+
+use crate::error::{StoreError, StoreResult};
+use crate::ops::{Cas, CasOutcome, Condition, PurgeStats, ReadQuery, ScannedPartition, Write};
+use crate::store::{Engine, EngineKind};
+use crate::value::{Row, Value, cmp_keys};
+use cql::{Statement, from_cql};
+
+/// How to reach and use a cluster.
+#[derive(Clone)]
+pub struct CassandraOptions {
+    /// `host` or `host:port` of one or more nodes.
+    pub contact_points: Vec<String>,
+    pub keyspace: String,
+    /// Prefer nodes of this datacenter (with LOCAL_* consistency).
+    pub datacenter: Option<String>,
+    pub credentials: Option<(String, String)>,
+    /// Used when the keyspace has to be created.
+    pub replication: Replication,
+    pub consistency: Consistency,
+    pub serial_consistency: SerialConsistency,
+    /// Client-side bound on every request.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for CassandraOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CassandraOptions")
+            .field("contact_points", &self.contact_points)
+            .field("keyspace", &self.keyspace)
+            .field("datacenter", &self.datacenter)
+            .field("credentials", &self.credentials.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .field("replication", &self.replication)
+            .field("consistency", &self.consistency)
+            .field("serial_consistency", &self.serial_consistency)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl CassandraOptions {
+    pub fn new(contact_points: impl IntoIterator<Item = impl Into<String>>, keyspace: impl Into<String>) -> Self {
+        CassandraOptions {
+            contact_points: contact_points.into_iter().map(Into::into).collect(),
+            keyspace: keyspace.into(),
+            datacenter: None,
+            credentials: None,
+            replication: Replication::Simple { factor: 1 },
+            consistency: Consistency::LocalQuorum,
+            serial_consistency: SerialConsistency::LocalSerial,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+pub struct CassandraEngine {
+    session: Session,
+    keyspace: String,
+    flavor: Flavor,
+    replication: Replication,
+    prepared: Mutex<HashMap<String, PreparedStatement>>,
+}
+
+impl std::fmt::Debug for CassandraEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CassandraEngine").field("keyspace", &self.keyspace).field("flavor", &self.flavor).finish()
+    }
+}
+
+impl CassandraEngine {
+    /// Connects to the cluster. The keyspace is created by [`Engine::ensure_tables`].
+    pub async fn connect(options: CassandraOptions) -> StoreResult<Self> {
+        if !is_identifier(&options.keyspace) {
+            return Err(StoreError::invalid(format!("keyspace {:?} is not a lower-case identifier", options.keyspace)));
+        }
+        let profile = ExecutionProfile::builder()
+            .consistency(options.consistency)
+            .serial_consistency(Some(options.serial_consistency))
+            .request_timeout(Some(options.request_timeout))
+            .build();
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&options.contact_points)
+            .connection_timeout(options.connect_timeout)
+            .default_execution_profile_handle(profile.into_handle());
+        if let Some(dc) = &options.datacenter {
+            builder = builder.prefer_datacenter(dc.clone());
+        }
+        if let Some((user, password)) = &options.credentials {
+            builder = builder.user(user, password);
+        }
+        let session = builder.build().await.map_err(|e: NewSessionError| {
+            StoreError::Unavailable(format!("cannot connect to Cassandra at {}: {e}", options.contact_points.join(",")))
+        })?;
+        // ScyllaDB has system.versions; Cassandra does not.
+        let flavor = match session.query_unpaged("SELECT version FROM system.versions", ()).await {
+            Ok(_) => Flavor::Scylla,
+            Err(_) => Flavor::Cassandra,
+        };
+        Ok(CassandraEngine {
+            session,
+            keyspace: options.keyspace,
+            flavor,
+            replication: options.replication,
+            prepared: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    pub fn keyspace(&self) -> &str {
+        &self.keyspace
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    async fn prepare(&self, cql: &str) -> StoreResult<PreparedStatement> {
+        if let Some(p) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(cql) {
+            return Ok(p.clone());
+        }
+        let prepared = self.session.prepare(cql).await.map_err(prepare_error)?;
+        self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(cql.to_owned(), prepared.clone());
+        Ok(prepared)
+    }
+
+    async fn execute(&self, statement: &Statement) -> StoreResult<QueryResult> {
+        let prepared = self.prepare(&statement.cql).await?;
+        self.session.execute_unpaged(&prepared, &statement.values).await.map_err(execution_error)
+    }
+
+    /// Runs statements as one batch: unlogged within one partition, logged across partitions.
+    async fn batch(&self, statements: &[Statement], single_partition: bool) -> StoreResult<QueryResult> {
+        let mut batch = Batch::new(if single_partition { BatchType::Unlogged } else { BatchType::Logged });
+        let mut values = Vec::with_capacity(statements.len());
+        // Prepare everything first: a statement that cannot be prepared fails the
+        // batch before anything is sent.
+        for s in statements {
+            batch.append_statement(self.prepare(&s.cql).await?);
+            values.push(&s.values);
+        }
+        self.session.batch(&batch, values).await.map_err(execution_error)
+    }
+
+    /// Rows of a result as our rows, by column name; the `[applied]` column is skipped.
+    fn rows(&self, result: QueryResult, t: &TableDef) -> StoreResult<Vec<(Option<bool>, Row)>> {
+        let rows = result.into_rows_result().map_err(|e| StoreError::Internal(format!("not a rows result: {e}")))?;
+        let specs: Vec<String> = rows.column_specs().iter().map(|s| s.name().to_owned()).collect();
+        let mut out = Vec::new();
+        for row in rows.rows::<scylla::value::Row>().map_err(|e| StoreError::Internal(e.to_string()))? {
+            let row = row.map_err(|e| StoreError::Internal(e.to_string()))?;
+            let mut applied = None;
+            let mut cells = Vec::with_capacity(specs.len());
+            for (name, value) in specs.iter().zip(row.columns) {
+                if name == "[applied]" {
+                    applied = match value {
+                        Some(CqlValue::Boolean(b)) => Some(b),
+                        _ => None,
+                    };
+                    continue;
+                }
+                let Some(column) = t.column(name) else { continue };
+                cells.push((column.name, from_cql(column.ty, value)?));
+            }
+            out.push((applied, Row::new(cells)));
+        }
+        Ok(out)
+    }
+
+    /// Compares a table in the cluster with its declaration.
+    async fn check_table(&self, t: &TableDef) -> StoreResult<()> {
+        let result = self
+            .session
+            .query_unpaged(
+                "SELECT column_name, kind, type, clustering_order FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?",
+                (&self.keyspace, t.name),
+            )
+            .await
+            .map_err(execution_error)?;
+        let rows = result.into_rows_result().map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut found: HashMap<String, (String, String, String)> = HashMap::new();
+        for row in rows.rows::<(String, String, String, String)>().map_err(|e| StoreError::Internal(e.to_string()))? {
+            let (name, kind, ty, order) = row.map_err(|e| StoreError::Internal(e.to_string()))?;
+            found.insert(name, (kind, ty, order));
+        }
+        let mismatch = |what: String| Err(StoreError::SchemaMismatch(format!("table {}.{}: {what}", self.keyspace, t.name)));
+        if found.len() != t.columns.len() {
+            return mismatch(format!("{} columns in the cluster, {} declared", found.len(), t.columns.len()));
+        }
+        for c in t.columns {
+            let Some((kind, ty, order)) = found.get(c.name) else { return mismatch(format!("column {} is missing", c.name)) };
+            let (want_kind, want_order) = match c.kind {
+                ColumnKind::PartitionKey => ("partition_key", "none"),
+                ColumnKind::Clustering(Order::Asc) => ("clustering", "asc"),
+                ColumnKind::Clustering(Order::Desc) => ("clustering", "desc"),
+                ColumnKind::Static => ("static", "none"),
+                ColumnKind::Regular => ("regular", "none"),
+            };
+            if kind != want_kind || ty != c.ty.cql() || order != want_order {
+                return mismatch(format!("column {} is {kind} {ty} {order}, declared {want_kind} {} {want_order}", c.name, c.ty.cql()));
+            }
+        }
+        Ok(())
+    }
+
+    fn single_partition(writes: &[Write]) -> bool {
+        writes.iter().all(|w| std::ptr::eq(w.table(), writes[0].table()) && w.partition() == writes[0].partition())
+    }
+
+    fn statement_for(&self, w: &Write) -> Statement {
+        match w {
+            Write::Upsert(u) => cql::insert(&self.keyspace, u, false),
+            Write::Delete(d) => cql::delete(&self.keyspace, d),
+        }
+    }
+
+    async fn select(&self, statement: Statement, limit: Option<u32>, t: &TableDef) -> StoreResult<Vec<Row>> {
+        let mut statement = statement;
+        // `LIMIT ?` takes an int; with no limit, the cluster's own maximum.
+        statement.values.push(Some(CqlValue::Int(limit.map_or(i32::MAX, |l| l.min(i32::MAX as u32 - 1) as i32 + 1))));
+        let prepared = self.prepare(&statement.cql).await?;
+        let mut rows = Vec::new();
+        let mut paging = scylla::response::PagingState::start();
+        // Large partitions come back in driver pages; the client only ever sees our tokens.
+        loop {
+            let (result, next) = self.session.execute_single_page(&prepared, &statement.values, paging).await.map_err(execution_error)?;
+            rows.extend(self.rows(result, t)?.into_iter().map(|(_, r)| r));
+            match next.into_paging_control_flow() {
+                std::ops::ControlFlow::Continue(state) => paging = state,
+                std::ops::ControlFlow::Break(()) => return Ok(rows),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for CassandraEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Cassandra
+    }
+
+    async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
+        let ddl = create_keyspace(&self.keyspace, &self.replication, self.flavor);
+        self.session.query_unpaged(ddl, ()).await.map_err(execution_error)?;
+        for t in tables {
+            self.session.query_unpaged(create_table(&self.keyspace, t), ()).await.map_err(execution_error)?;
+            self.check_table(t).await?;
+        }
+        self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
+        Ok(())
+    }
+
+    async fn apply(&self, writes: Vec<Write>) -> StoreResult<()> {
+        let statements: Vec<Statement> = writes.iter().map(|w| self.statement_for(w)).collect();
+        if let [only] = statements.as_slice() {
+            self.execute(only).await?;
+        } else {
+            self.batch(&statements, Self::single_partition(&writes)).await?;
+        }
+        Ok(())
+    }
+
+    async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)> {
+        let t = query.table;
+        let wanted = |c: &&Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
+        let regular: Vec<&Column> = t.regular().filter(wanted).collect();
+        let statics: Vec<&Column> = t.statics().filter(wanted).collect();
+        let mut rows = Vec::new();
+        for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &regular) {
+            let remaining = query.limit.map(|l| (l as usize + 1).saturating_sub(rows.len()) as u32);
+            if remaining == Some(0) {
+                break;
+            }
+            // `select` asks for one more than the limit; the store trims.
+            let found = self.select(statement, remaining.map(|r| r - 1), t).await?;
+            // A partition with static cells but no rows answers with one row whose
+            // clustering columns are null: that is not a row.
+            rows.extend(found.into_iter().filter(|r| t.clustering().all(|(c, _)| r.get(c.name).is_some())));
+        }
+        if let Some(limit) = query.limit {
+            rows.truncate(limit as usize + 1);
+        }
+        let static_row = if statics.is_empty() {
+            None
+        } else {
+            let result = self.execute(&cql::read_statics(&self.keyspace, t, &query.partition, &statics)).await?;
+            self.rows(result, t)?
+                .into_iter()
+                .next()
+                .map(|(_, r)| Row::new(statics.iter().map(|c| (c.name, r.get(c.name).cloned().unwrap_or(Value::Null))).collect()))
+                .filter(|r| r.columns().any(|(_, v)| !v.is_null()))
+        };
+        Ok((rows, static_row))
+    }
+
+    async fn cas(&self, c: Cas) -> StoreResult<CasOutcome> {
+        let mut statements = Vec::with_capacity(c.writes.len() + 1);
+        let condition_key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
+        match &c.condition {
+            Condition::NotExists => {
+                for w in &c.writes {
+                    let is_condition_row = matches!(w, Write::Upsert(u) if u.key == condition_key);
+                    statements.push(match w {
+                        Write::Upsert(u) if is_condition_row => cql::insert(&self.keyspace, u, true),
+                        other => self.statement_for(other),
+                    });
+                }
+            }
+            Condition::Equals(expected) => {
+                // The condition rides on the write to the condition row when there is
+                // one: a separate carrier writing the same cell with the same (Paxos)
+                // timestamp would conflict with it.
+                let carrier = c.writes.iter().position(|w| matches!(w, Write::Upsert(u) if u.key == condition_key && !u.cells.is_empty()));
+                match carrier {
+                    Some(i) => {
+                        let Write::Upsert(u) = &c.writes[i] else { unreachable!("position matched an upsert") };
+                        statements.push(cql::conditional_update(&self.keyspace, u, expected));
+                        for (j, w) in c.writes.iter().enumerate() {
+                            // A row's INSERT stays too, for its liveness marker (same values).
+                            if j != i || u.key.len() > c.partition.len() || c.table.clustering().next().is_none() {
+                                statements.push(self.statement_for(w));
+                            }
+                        }
+                    }
+                    None => {
+                        let (first, _) = &expected[0];
+                        let conflict = c.writes.iter().any(|w| matches!(w, Write::Upsert(u) if u.cells.iter().any(|(n, _)| n == first)));
+                        if conflict {
+                            return Err(StoreError::invalid(format!(
+                                "a conditional batch that sets {first} must do so in the write of the condition row"
+                            )));
+                        }
+                        statements.push(cql::condition_carrier(&self.keyspace, c.table, &condition_key, expected));
+                        statements.extend(c.writes.iter().map(|w| self.statement_for(w)));
+                    }
+                }
+            }
+        }
+        let result = if let [only] = statements.as_slice() { self.execute(only).await? } else { self.batch(&statements, true).await? };
+        let rows = self.rows(result, c.table)?;
+        let applied = rows
+            .first()
+            .and_then(|(applied, _)| *applied)
+            .ok_or_else(|| StoreError::Internal("conditional write answered without [applied]".into()))?;
+        let current = if applied {
+            None
+        } else {
+            // Cassandra answers with the current values of the condition row (one row
+            // per condition in a batch); nothing when the row does not exist.
+            let mut cells: Vec<(&'static str, Value)> = Vec::new();
+            for (_, row) in rows {
+                for (name, value) in row.columns() {
+                    if !value.is_null() && !cells.iter().any(|(n, _)| *n == name) {
+                        cells.push((name, value.clone()));
+                    }
+                }
+            }
+            let key_only = cells.iter().all(|(n, _)| {
+                c.table.column(n).is_some_and(|col| matches!(col.kind, ColumnKind::PartitionKey | ColumnKind::Clustering(_)))
+            });
+            if key_only { None } else { Some(Row::new(cells)) }
+        };
+        Ok(CasOutcome { applied, current })
+    }
+
+    async fn scan(&self, t: &'static TableDef, after: Option<(i64, Vec<Value>)>, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+        let pk: Vec<&Column> = t.partition_key().collect();
+        let mut out = Vec::new();
+        // Without a cursor, `token > MIN` misses nothing: no key hashes to the minimum token.
+        let mut from = i64::MIN;
+        if let Some((token, key)) = &after {
+            // Partitions sharing the cursor's token (a hash collision) come first.
+            let same = self.scan_page(&pk, &cql::scan(&self.keyspace, t, true), *token, limit + 1).await?;
+            out.extend(same.into_iter().filter(|p| cmp_keys(&p.key, key).is_gt()));
+            from = *token;
+        }
+        let remaining = (limit as usize + 1).saturating_sub(out.len()) as u32;
+        if remaining > 0 {
+            out.extend(self.scan_page(&pk, &cql::scan(&self.keyspace, t, false), from, remaining).await?);
+        }
+        out.sort_by(|a, b| a.token.cmp(&b.token).then_with(|| cmp_keys(&a.key, &b.key)));
+        out.truncate(limit as usize + 1);
+        Ok(out)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.session.query_unpaged("SELECT release_version FROM system.local", ()).await.map_err(execution_error)?;
+        Ok(())
+    }
+
+    async fn purge_expired(&self) -> StoreResult<PurgeStats> {
+        // Cassandra drops expired cells and old tombstones in compaction.
+        Ok(PurgeStats::default())
+    }
+}
+
+impl CassandraEngine {
+    async fn scan_page(&self, pk: &[&Column], cql: &str, token: i64, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+        let prepared = self.prepare(cql).await?;
+        let values: Vec<Option<CqlValue>> = vec![Some(CqlValue::BigInt(token)), Some(CqlValue::Int(limit.min(i32::MAX as u32) as i32))];
+        let result = self.session.execute_unpaged(&prepared, &values).await.map_err(execution_error)?;
+        let rows = result.into_rows_result().map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut out = Vec::new();
+        for row in rows.rows::<scylla::value::Row>().map_err(|e| StoreError::Internal(e.to_string()))? {
+            let mut columns = row.map_err(|e| StoreError::Internal(e.to_string()))?.columns.into_iter();
+            let token = match columns.next().flatten() {
+                Some(CqlValue::BigInt(t)) => t,
+                other => return Err(StoreError::Internal(format!("token() returned {other:?}"))),
+            };
+            let key = pk.iter().zip(columns).map(|(c, v)| from_cql(c.ty, v)).collect::<StoreResult<Vec<_>>>()?;
+            out.push(ScannedPartition { token, key });
+        }
+        Ok(out)
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_')) && s.len() <= 48
+}
+
+/// Errors from a request, by who must act.
+fn execution_error(e: ExecutionError) -> StoreError {
+    match &e {
+        ExecutionError::RequestTimeout(_) | ExecutionError::ConnectionPoolError(_) | ExecutionError::EmptyPlan => {
+            StoreError::Unavailable(e.to_string())
+        }
+        ExecutionError::PrepareError(p) => classify_prepare(p, e.to_string()),
+        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, e.to_string()),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+fn prepare_error(e: PrepareError) -> StoreError {
+    let message = e.to_string();
+    classify_prepare(&e, message)
+}
+
+fn classify_prepare(e: &PrepareError, message: String) -> StoreError {
+    match e {
+        PrepareError::ConnectionPoolError(_) => StoreError::Unavailable(message),
+        PrepareError::AllAttemptsFailed { first_attempt } => classify_attempt(first_attempt, message),
+        _ => StoreError::Internal(message),
+    }
+}
+
+fn classify_attempt(e: &RequestAttemptError, message: String) -> StoreError {
+    use scylla::errors::DbError;
+    match e {
+        RequestAttemptError::DbError(db, _) => match db {
+            DbError::Unavailable { .. }
+            | DbError::ReadTimeout { .. }
+            | DbError::WriteTimeout { .. }
+            | DbError::ReadFailure { .. }
+            | DbError::WriteFailure { .. }
+            | DbError::Overloaded
+            | DbError::IsBootstrapping
+            | DbError::RateLimitReached { .. } => StoreError::Unavailable(message),
+            DbError::Invalid if message.contains("unconfigured table") || message.contains("does not exist") => {
+                StoreError::SchemaMismatch(message)
+            }
+            _ => StoreError::Internal(message),
+        },
+        RequestAttemptError::BrokenConnectionError(_) | RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(message),
+        _ => StoreError::Internal(message),
+    }
+}
