@@ -22,6 +22,30 @@ pub enum Replication {
     NetworkTopology { datacenters: Vec<(String, u32)> },
 }
 
+impl std::str::FromStr for Replication {
+    type Err = String;
+
+    /// `3` is SimpleStrategy with factor 3; `eqiad:3,codfw:3` is
+    /// NetworkTopologyStrategy with a factor per datacenter.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let factor = |f: &str| {
+            f.trim().parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| format!("replication factor {f:?} is not a positive integer"))
+        };
+        if !s.contains(':') {
+            return Ok(Replication::Simple { factor: factor(s)? });
+        }
+        let mut datacenters = Vec::new();
+        for part in s.split(',') {
+            let (dc, rf) = part.split_once(':').ok_or_else(|| format!("{part:?} is not datacenter:factor"))?;
+            if dc.trim().is_empty() {
+                return Err(format!("{part:?} names no datacenter"));
+            }
+            datacenters.push((dc.trim().to_owned(), factor(rf)?));
+        }
+        Ok(Replication::NetworkTopology { datacenters })
+    }
+}
+
 /// Double-quotes an identifier, so CQL keywords are safe as names.
 pub fn quote(identifier: &str) -> String {
     format!("\"{}\"", identifier.replace('"', "\"\""))
@@ -112,6 +136,18 @@ mod tests {
         assert!(by_tid.contains("PRIMARY KEY ((\"domain\", \"title\", \"rev\", \"tid\"))"), "{by_tid}");
         assert!(by_tid.contains("default_time_to_live = 86400"), "{by_tid}");
         assert!(!by_tid.contains("CLUSTERING ORDER"), "{by_tid}");
+    }
+
+    #[test]
+    fn replication_parses_from_settings() {
+        assert_eq!("3".parse(), Ok(Replication::Simple { factor: 3 }));
+        assert_eq!(
+            "eqiad:3, codfw:2".parse(),
+            Ok(Replication::NetworkTopology { datacenters: vec![("eqiad".into(), 3), ("codfw".into(), 2)] })
+        );
+        for bad in ["", "0", "x", "eqiad:", ":3", "eqiad:3,codfw"] {
+            assert!(bad.parse::<Replication>().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

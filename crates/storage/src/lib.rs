@@ -13,6 +13,8 @@
 //! - [`store`]: the [`Engine`] trait, the [`Store`] handle and request validation.
 //! - [`embedded`]: the SQLite engine (one directory, no server; the default).
 //! - [`cassandra`]: the Cassandra/ScyllaDB engine.
+//! - [`open`]: settings in, a [`Store`] out: the one place that picks the engine.
+//! - [`migrate`]: creating the schema and checking its version.
 //! - [`clock`]: injectable time, so TTL behaviour is tested without sleeping.
 //! - [`conformance`]: the behaviour every engine must show, as a test suite that
 //!   each engine's tests instantiate with [`conformance_suite!`].
@@ -22,6 +24,8 @@ pub mod clock;
 pub mod conformance;
 pub mod embedded;
 pub mod error;
+pub mod migrate;
+pub mod open;
 pub mod ops;
 pub mod store;
 pub mod value;
@@ -30,6 +34,8 @@ pub use cassandra::{CassandraEngine, CassandraOptions};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
 pub use error::{StoreError, StoreResult};
+pub use migrate::MigrationOutcome;
+pub use open::{StorageSettings, open};
 pub use ops::{
     Cas, CasOutcome, Condition, Delete, DeleteTarget, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScannedPartition, Slice, Upsert,
     Write,

@@ -1,0 +1,84 @@
+//! `revstore-migrate` as an operator runs it: twice, and against a database
+//! whose schema it must not touch.
+
+use std::process::Command;
+
+use revstore_schema::tables::meta::SCHEMA_META;
+use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedOptions, StorageSettings, Upsert, Value};
+
+fn migrate(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_revstore-migrate"));
+    cmd.args(args).env_remove("REVSTORE_CASSANDRA").env_remove("REVSTORE_DATA_DIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run revstore-migrate");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn embedded_migration_is_safe_to_run_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    let (code, said) = migrate(&["--data-dir", data], &[]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("embedded: created schema version 1"), "{said}");
+    let (code, said) = migrate(&[], &[("REVSTORE_DATA_DIR", data)]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("schema already at version 1"), "{said}");
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    assert_eq!(migrate(&["--data-dir", data], &[]).0, 0);
+    // A newer revstore migrated this database since.
+    runtime().block_on(async {
+        let settings = StorageSettings::Embedded { data_dir: dir.path().to_owned(), options: EmbeddedOptions::default() };
+        let store = revstore_storage::open(settings).await.expect("open");
+        store.ensure_tables(&[&SCHEMA_META]).await.expect("table");
+        store.write(Upsert::new(&SCHEMA_META, [Value::from("revstore")]).set("version", 99i64)).await.expect("write");
+    });
+    let (code, said) = migrate(&["--data-dir", data], &[]);
+    assert_eq!(code, 65, "{said}");
+    assert!(said.contains("newer than this build"), "{said}");
+}
+
+#[test]
+fn bad_settings_exit_64() {
+    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--replication", "zero"], &[]);
+    assert_eq!(code, 2, "clap rejects a bad value before we run: {said}");
+    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--username", "u"], &[]);
+    assert_eq!(code, 64, "{said}");
+    assert!(said.contains("go together"), "{said}");
+}
+
+#[test]
+fn an_unreachable_cluster_exits_69() {
+    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1"], &[]);
+    assert_eq!(code, 69, "{said}");
+    assert!(said.contains("cannot connect"), "{said}");
+}
+
+#[test]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+fn cassandra_migration_is_safe_to_run_twice() {
+    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
+    let keyspace = format!("migrate_{}", std::process::id());
+    let args = ["--cassandra", node.as_str(), "--keyspace", keyspace.as_str()];
+    let (code, said) = migrate(&args, &[]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("cassandra: created schema version 1"), "{said}");
+    let (code, said) = migrate(&args, &[]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("schema already at version 1"), "{said}");
+    runtime().block_on(async {
+        let engine = CassandraEngine::connect(CassandraOptions::new([node.clone()], keyspace.clone())).await.expect("connect");
+        engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
+    });
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
