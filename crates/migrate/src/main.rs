@@ -59,7 +59,7 @@ fn settings(args: Args) -> Result<StorageSettings, String> {
         (None, None) => None,
         _ => return Err("--username and --password-file go together".into()),
     };
-    Ok(options).map(StorageSettings::Cassandra)
+    Ok(StorageSettings::Cassandra(options))
 }
 
 #[tokio::main(flavor = "current_thread")]
