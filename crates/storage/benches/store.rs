@@ -3,8 +3,11 @@
 //! asked for, side by side in one run.
 //!
 //! ```text
-//! cargo bench -p revstore-storage --bench store -- [--engines embedded] [--scale F]
+//! cargo bench -p revstore-storage --bench store -- [--engines embedded,cassandra] [--scale F]
 //! ```
+//! The Cassandra engine uses the node at `$REVSTORE_CASSANDRA` (default
+//! `127.0.0.1:9042`, as `deploy/cassandra/cassandra-local start` runs it), in a
+//! keyspace of its own that is dropped afterwards.
 //! `--scale` multiplies the operation counts (default 1.0; 0.1 for a quick look).
 //! Values are windows of the Anarchism article's Parsoid HTML history from
 //! `$REVSTORE_SHARED_DATA` (default `../shared/data` beside the checkout).
@@ -19,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use revstore_schema::model::ColumnType::{BigInt, Blob, Text};
 use revstore_schema::{Column as C, Compaction, Order, TableDef};
-use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ReadQuery, Slice, Store, Upsert, Value};
+use revstore_storage::{
+    CassandraEngine, CassandraOptions, Delete, EmbeddedEngine, EmbeddedOptions, ReadQuery, Slice, Store, Upsert, Value,
+};
 
 static BENCH_KV: TableDef = TableDef {
     name: "bench_kv",
@@ -219,7 +224,18 @@ fn main() {
                     let (store, _dir) = open_embedded();
                     bench_engine("embedded", store, payloads.clone(), scale, &mut results).await;
                 }
-                other => panic!("unknown engine {other:?}: this build benchmarks: embedded"),
+                "cassandra" => {
+                    let node = std::env::var("REVSTORE_CASSANDRA").unwrap_or_else(|_| "127.0.0.1:9042".into());
+                    let keyspace = format!("bench_{}", std::process::id());
+                    let engine = Arc::new(
+                        CassandraEngine::connect(CassandraOptions::new([node.clone()], keyspace.clone()))
+                            .await
+                            .unwrap_or_else(|e| panic!("cannot reach Cassandra at {node}: {e}")),
+                    );
+                    bench_engine("cassandra", Store::new(engine.clone()), payloads.clone(), scale, &mut results).await;
+                    engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the bench keyspace");
+                }
+                other => panic!("unknown engine {other:?}: choose from embedded, cassandra"),
             }
         }
     });
