@@ -238,6 +238,18 @@ pub(crate) fn scan(keyspace: &str, t: &TableDef, same_token: bool) -> String {
     format!("SELECT DISTINCT {token}, {} FROM {} WHERE {token} {op} ? LIMIT ?", pk.join(", "), table_name(keyspace, t))
 }
 
+/// `col = ? AND ...` for a condition, binding the expected values (null: unset).
+fn if_clause(expected: &[(&'static str, Value)], values: &mut Vec<Option<CqlValue>>) -> String {
+    let terms: Vec<String> = expected
+        .iter()
+        .map(|(name, v)| {
+            values.push(to_cql(v));
+            format!("{} = ?", q(name))
+        })
+        .collect();
+    terms.join(" AND ")
+}
+
 /// `UPDATE t [USING TTL ?] SET <the upsert's cells> WHERE <its key> IF col = ? AND ...`:
 /// the upsert itself, carrying the batch's condition.
 pub(crate) fn conditional_update(keyspace: &str, u: &Upsert, expected: &[(&'static str, Value)]) -> Statement {
@@ -257,14 +269,8 @@ pub(crate) fn conditional_update(keyspace: &str, u: &Upsert, expected: &[(&'stat
         .collect();
     let key_cols: Vec<&Column> = key_columns(u.table).into_iter().take(u.key.len()).collect();
     let terms = equalities(&key_cols, &u.key, &mut values);
-    let conditions: Vec<String> = expected
-        .iter()
-        .map(|(name, v)| {
-            values.push(to_cql(v));
-            format!("{} = ?", q(name))
-        })
-        .collect();
-    cql.push_str(&format!(" SET {} WHERE {} IF {}", sets.join(", "), terms.join(" AND "), conditions.join(" AND ")));
+    let conditions = if_clause(expected, &mut values);
+    cql.push_str(&format!(" SET {} WHERE {} IF {conditions}", sets.join(", "), terms.join(" AND ")));
     Statement { cql, values }
 }
 
@@ -277,21 +283,9 @@ pub(crate) fn condition_carrier(keyspace: &str, t: &TableDef, key: &[Value], exp
     values.push(to_cql(first_value));
     let key_cols: Vec<&Column> = key_columns(t).into_iter().take(key.len()).collect();
     let terms = equalities(&key_cols, key, &mut values);
-    let conditions: Vec<String> = expected
-        .iter()
-        .map(|(name, v)| {
-            values.push(to_cql(v));
-            format!("{} = ?", q(name))
-        })
-        .collect();
+    let conditions = if_clause(expected, &mut values);
     Statement {
-        cql: format!(
-            "UPDATE {} SET {} = ? WHERE {} IF {}",
-            table_name(keyspace, t),
-            q(first_name),
-            terms.join(" AND "),
-            conditions.join(" AND ")
-        ),
+        cql: format!("UPDATE {} SET {} = ? WHERE {} IF {conditions}", table_name(keyspace, t), q(first_name), terms.join(" AND "),),
         values,
     }
 }
