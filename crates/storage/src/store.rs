@@ -96,6 +96,22 @@ impl Store {
         self.engine.kind()
     }
 
+    /// Runs an engine call, recording its duration and outcome in the
+    /// `storage_operation_duration_seconds` histogram.
+    async fn timed<T>(&self, operation: &'static str, call: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) if e.is_client_error() => "invalid",
+            Err(StoreError::Unavailable(_)) => "unavailable",
+            Err(_) => "error",
+        };
+        metrics::histogram!("storage_operation_duration_seconds", "engine" => self.kind().name(), "operation" => operation, "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
     pub fn engine(&self) -> &Arc<dyn Engine> {
         &self.engine
     }
@@ -121,7 +137,7 @@ impl Store {
         for w in &writes {
             validate_write(w)?;
         }
-        self.engine.apply(writes).await
+        self.timed("apply", self.engine.apply(writes)).await
     }
 
     /// Reads one page of a partition.
@@ -139,7 +155,7 @@ impl Store {
             }
             None => None,
         };
-        let (mut rows, statics) = self.engine.read(query, after).await?;
+        let (mut rows, statics) = self.timed("read", self.engine.read(query, after)).await?;
         let mut next = None;
         if let Some(limit) = query.limit
             && rows.len() > limit as usize
@@ -167,7 +183,7 @@ impl Store {
 
     pub async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome> {
         validate_cas(&cas)?;
-        self.engine.cas(cas).await
+        self.timed("cas", self.engine.cas(cas)).await
     }
 
     /// Scans partitions in token order, a page at a time.
@@ -188,7 +204,7 @@ impl Store {
             }
             None => None,
         };
-        let mut partitions = self.engine.scan(table, after, limit).await?;
+        let mut partitions = self.timed("scan", self.engine.scan(table, after, limit)).await?;
         let mut next = None;
         if partitions.len() > limit as usize {
             partitions.truncate(limit as usize);
@@ -202,11 +218,11 @@ impl Store {
     }
 
     pub async fn ping(&self) -> StoreResult<()> {
-        self.engine.ping().await
+        self.timed("ping", self.engine.ping()).await
     }
 
     pub async fn purge_expired(&self) -> StoreResult<PurgeStats> {
-        self.engine.purge_expired().await
+        self.timed("purge", self.engine.purge_expired()).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! A `kill -9` during writes loses no acknowledged write.
 //!
 //! The test re-runs its own binary as a child process (the ignored
-//! `crash_child_writer` test) which writes from many tasks at once and prints
+//! `child_process_crash_writer` test) which writes from many tasks at once and prints
 //! `ack <n>` after each write is acknowledged. The parent kills it with SIGKILL
 //! mid-stream, reopens the database and checks that every acknowledged write is
 //! there and intact.
@@ -33,7 +33,7 @@ fn payload(n: i64) -> Vec<u8> {
 /// Runs only as the child of `kill_9_loses_no_acknowledged_write`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of kill_9_loses_no_acknowledged_write"]
-async fn crash_child_writer() {
+async fn child_process_crash_writer() {
     let dir = std::env::var(CHILD_DIR).expect("run by the crash test");
     let store = Store::new(Arc::new(EmbeddedEngine::open(dir.as_ref(), EmbeddedOptions::default()).expect("open")));
     store.ensure_tables(&[&LOG]).await.expect("tables");
@@ -60,7 +60,7 @@ async fn crash_child_writer() {
 fn kill_9_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["crash_child_writer", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["child_process_crash_writer", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

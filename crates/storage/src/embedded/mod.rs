@@ -95,6 +95,8 @@ impl From<rusqlite::Error> for StoreError {
             Some(ErrorCode::DiskFull) => StoreError::Unavailable(format!("disk full: {e}")),
             Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen | ErrorCode::ReadOnly) => StoreError::Unavailable(e.to_string()),
             Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(e.to_string()),
+            // A table the database does not have: it was never created (or migrated).
+            _ if e.to_string().contains("no such table") => StoreError::SchemaMismatch(e.to_string()),
             _ => StoreError::Internal(e.to_string()),
         }
     }

@@ -1,0 +1,282 @@
+//! The HTTP client revstore services call each other with.
+//!
+//! Every call carries the caller's W3C trace context (`traceparent`), so one
+//! request can be followed across services, and has a timeout. Idempotent calls
+//! (GET, HEAD, PUT, DELETE, OPTIONS) are retried with exponential backoff and
+//! jitter when the connection fails, times out, or the server answers 502, 503
+//! or 504; a POST is never retried. Error answers in `application/problem+json`
+//! come back as [`ClientError::Status`] with the problem parsed.
+//!
+//! Typed clients of each service are thin layers over [`HttpClient`], and list
+//! the routes they call (`ROUTES`) so tests can check them against the
+//! service's OpenAPI document ([`undocumented_routes`]).
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use http::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A problem document (RFC 9457) as revstore services send it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    pub request_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The service answered with an error status.
+    #[error("{method} {url}: {status}{}", problem.as_ref().map(|p| format!(": {}", p.detail)).unwrap_or_default())]
+    Status { method: Method, url: String, status: StatusCode, problem: Option<Box<Problem>> },
+    /// No answer: connection refused or reset, DNS, or the timeout.
+    #[error("{method} {url}: {reason}")]
+    Transport { method: Method, url: String, reason: String },
+    /// An answer that is not what the call expects.
+    #[error("{method} {url}: unreadable answer: {reason}")]
+    Decode { method: Method, url: String, reason: String },
+    #[error("invalid client setting: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Worth trying again later (the other side was unreachable or overloaded).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Status { status, .. } => {
+                matches!(*status, StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT)
+            }
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Per attempt.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt (idempotent calls only).
+    pub retries: usize,
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Sent as `Authorization: Bearer …`.
+    pub token: Option<String>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+            retries: 3,
+            min_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            token: None,
+        }
+    }
+}
+
+/// A client of one service, by base URL.
+#[derive(Clone)]
+pub struct HttpClient {
+    http: reqwest::Client,
+    base: String,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("base", &self.base)
+            .field("retries", &self.options.retries)
+            .field("token", &self.options.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS)
+}
+
+/// A response whose status was a success.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+}
+
+impl HttpClient {
+    pub fn new(base_url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::Config(format!("base URL {base_url:?} must start with http:// or https://")));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .build()
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        Ok(HttpClient { http, base, options })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one call (retrying it when idempotent) and returns the answer of a
+    /// success status, or the error.
+    pub async fn send(&self, method: Method, path: &str, headers: http::HeaderMap, body: Option<Vec<u8>>) -> Result<Answer, ClientError> {
+        let url = format!("{}{}", self.base, path);
+        let attempt = || self.attempt(method.clone(), &url, headers.clone(), body.clone());
+        if !is_idempotent(&method) || self.options.retries == 0 {
+            return attempt().await;
+        }
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.options.min_backoff)
+            .with_max_delay(self.options.max_backoff)
+            .with_max_times(self.options.retries)
+            .with_jitter();
+        attempt
+            .retry(backoff)
+            .when(ClientError::is_transient)
+            .notify(|e, wait| tracing::debug!(error = %e, retry_in_ms = wait.as_millis() as u64, "retrying call"))
+            .await
+    }
+
+    async fn attempt(&self, method: Method, url: &str, mut headers: http::HeaderMap, body: Option<Vec<u8>>) -> Result<Answer, ClientError> {
+        revstore_telemetry::inject_context(&mut headers);
+        let mut request = self.http.request(method.clone(), url).headers(headers);
+        if let Some(token) = &self.options.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method: method.clone(),
+            url: url.to_owned(),
+            reason: if e.is_timeout() { "timed out".to_owned() } else { e.to_string() },
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(transport)?.to_vec();
+        if status.is_success() || status == StatusCode::NOT_MODIFIED {
+            return Ok(Answer { status, headers, body });
+        }
+        let problem = serde_json::from_slice::<Problem>(&body).ok().map(Box::new);
+        Err(ClientError::Status { method, url: url.to_owned(), status, problem })
+    }
+
+    pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let answer = self.send(Method::GET, path, http::HeaderMap::new(), None).await?;
+        answer.json().map_err(|e| ClientError::Decode { method: Method::GET, url: format!("{}{path}", self.base), reason: e.to_string() })
+    }
+
+    pub async fn put_json<B: Serialize>(&self, path: &str, body: &B) -> Result<Answer, ClientError> {
+        self.send_json(Method::PUT, path, body).await
+    }
+
+    pub async fn post_json<B: Serialize>(&self, path: &str, body: &B) -> Result<Answer, ClientError> {
+        self.send_json(Method::POST, path, body).await
+    }
+
+    async fn send_json<B: Serialize>(&self, method: Method, path: &str, body: &B) -> Result<Answer, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Config(format!("cannot encode the body: {e}")))?;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        self.send(method, path, headers, Some(bytes)).await
+    }
+}
+
+/// Percent-encodes one path segment (a title may contain `/`, `?`, `#`, `%`, spaces).
+pub fn path_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        match b {
+            b'A'..=b'Z'
+            | b'a'..=b'z'
+            | b'0'..=b'9'
+            | b'-'
+            | b'.'
+            | b'_'
+            | b'~'
+            | b':'
+            | b'@'
+            | b'!'
+            | b'$'
+            | b'&'
+            | b'\''
+            | b'('
+            | b')'
+            | b'*'
+            | b'+'
+            | b','
+            | b';'
+            | b'=' => out.push(b as char),
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
+}
+
+/// The routes of `routes` (method, OpenAPI path template) that the OpenAPI
+/// document `openapi` (as JSON) does not describe.
+pub fn undocumented_routes(openapi: &serde_json::Value, routes: &[(Method, &str)]) -> Vec<String> {
+    routes
+        .iter()
+        .filter(|(method, path)| {
+            openapi
+                .pointer(&format!("/paths/{}/{}", path.replace('~', "~0").replace('/', "~1"), method.as_str().to_ascii_lowercase()))
+                .is_none()
+        })
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_one_path_segment() {
+        assert_eq!(path_segment("AC/DC"), "AC%2FDC");
+        assert_eq!(path_segment("Main Page?x#y%"), "Main%20Page%3Fx%23y%25");
+        assert_eq!(path_segment("Ünï"), "%C3%9Cn%C3%AF");
+        assert_eq!(path_segment("User:Foo_(bar)"), "User:Foo_(bar)");
+    }
+
+    #[test]
+    fn only_idempotent_methods_are_retried() {
+        assert!(is_idempotent(&Method::PUT) && is_idempotent(&Method::GET) && is_idempotent(&Method::DELETE));
+        assert!(!is_idempotent(&Method::POST) && !is_idempotent(&Method::PATCH));
+    }
+
+    #[test]
+    fn undocumented_routes_are_named() {
+        let doc = serde_json::json!({ "paths": { "/{domain}/v1/items/{key}": { "get": {}, "put": {} } } });
+        assert!(undocumented_routes(&doc, &[(Method::GET, "/{domain}/v1/items/{key}")]).is_empty());
+        assert_eq!(undocumented_routes(&doc, &[(Method::DELETE, "/{domain}/v1/items/{key}")]), vec!["DELETE /{domain}/v1/items/{key}"]);
+    }
+}

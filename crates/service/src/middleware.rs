@@ -1,0 +1,140 @@
+//! The middleware every request passes through, outermost first:
+//! [`observe`] (request id, a span named by the matched route with the caller's
+//! trace context as parent, Prometheus metrics, one log line per request, and
+//! problem bodies for every error response), then the timeout, panic catcher
+//! and body limit set up in [`crate::server`].
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use http_body_util::BodyExt;
+use tracing::Instrument;
+
+use crate::problem::{PROBLEM_JSON, Problem, problem_response};
+
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The id of the request being served, in request extensions.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+#[derive(Debug, Clone, Copy)]
+pub struct ObserveState {
+    pub service: &'static str,
+}
+
+/// Accepts the caller's request id when it is sane, else makes one.
+fn request_id(request: &Request) -> String {
+    request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
+pub async fn observe(State(state): State<ObserveState>, mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = request_id(&request);
+    let method = request.method().clone();
+    // Route templates, not raw paths, so metrics have bounded labels.
+    let route = request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format!("{method} {route}"),
+        service = state.service,
+        %method,
+        %route,
+        request_id = %id,
+        trace_id = tracing::field::Empty,
+    );
+    let remote = revstore_telemetry::extract_context(request.headers());
+    if let Some(trace_id) = revstore_telemetry::adopt_remote_parent(&span, remote) {
+        span.record("trace_id", trace_id.as_str());
+    }
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let response = next.run(request).instrument(span.clone()).await;
+    let mut response = if response.status().is_client_error() || response.status().is_server_error() {
+        problem_body(response, &id).await
+    } else {
+        response
+    };
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    let status = response.status();
+    let elapsed = started.elapsed();
+    metrics::counter!("http_requests_total", "service" => state.service, "route" => route.clone(), "method" => method.to_string(), "status" => status.as_u16().to_string())
+        .increment(1);
+    metrics::histogram!("http_request_duration_seconds", "service" => state.service, "route" => route, "method" => method.to_string())
+        .record(elapsed.as_secs_f64());
+    span.in_scope(|| {
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), latency_ms = elapsed.as_secs_f64() * 1e3, "request failed");
+        } else {
+            tracing::info!(status = status.as_u16(), latency_ms = elapsed.as_secs_f64() * 1e3, "request");
+        }
+    });
+    response
+}
+
+fn kind_of(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "bad-request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not-found",
+        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        StatusCode::REQUEST_TIMEOUT | StatusCode::GATEWAY_TIMEOUT => "timeout",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    }
+}
+
+/// Error responses leave as problem documents carrying the request id: our own
+/// problems get the id added, anything else (axum's rejections, the body limit,
+/// the timeout) is rewritten. Server errors never pass their text on.
+async fn problem_body(response: Response, request_id: &str) -> Response {
+    let (parts, body) = response.into_parts();
+    let is_problem = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Default::default(),
+    };
+    let status = parts.status;
+    if is_problem && let Ok(mut problem) = serde_json::from_slice::<Problem>(&bytes) {
+        problem.request_id = Some(request_id.to_owned());
+        let mut rebuilt = problem_response(status, "", String::new(), None);
+        if let Ok(json) = serde_json::to_vec(&problem) {
+            *rebuilt.body_mut() = axum::body::Body::from(json);
+        }
+        for (name, value) in parts.headers.iter().filter(|(n, _)| *n == header::WWW_AUTHENTICATE || *n == header::RETRY_AFTER) {
+            rebuilt.headers_mut().insert(name.clone(), value.clone());
+        }
+        rebuilt.headers_mut().remove(header::CONTENT_LENGTH);
+        return rebuilt;
+    }
+    let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+    let detail = if status.is_server_error() || text.is_empty() {
+        match status {
+            StatusCode::SERVICE_UNAVAILABLE if text.is_empty() => "the request timed out or the service is unavailable".to_owned(),
+            StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this service accepts".to_owned(),
+            s => s.canonical_reason().unwrap_or("error").to_owned(),
+        }
+    } else {
+        text
+    };
+    let mut rebuilt = problem_response(status, kind_of(status), detail, Some(request_id.to_owned()));
+    for (name, value) in parts.headers.iter().filter(|(n, _)| *n == header::ALLOW || *n == header::WWW_AUTHENTICATE) {
+        rebuilt.headers_mut().insert(name.clone(), value.clone());
+    }
+    rebuilt
+}

@@ -1,0 +1,141 @@
+//! Errors as `application/problem+json` (RFC 9457).
+//!
+//! Every error a client sees has this shape, whoever produced it: a handler
+//! returning [`ApiError`], or the plumbing (unknown route, wrong method, body
+//! too large, timeout, panic), whose plain responses
+//! [`crate::middleware::problem_bodies`] rewrites. Client errors (4xx) say what
+//! was wrong; server errors (5xx) are logged in full and answered with a
+//! generic detail and the request id to look for in the logs.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use revstore_storage::StoreError;
+use serde::Serialize;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The problem document.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem: `urn:revstore:problem:<kind>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// The request id, to find the request in the logs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// An error answer. Build it with the constructors; the status is chosen here,
+/// in one place, for every kind of error.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    detail: String,
+    www_authenticate: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
+        ApiError { status, kind, detail: detail.into(), www_authenticate: false }
+    }
+
+    /// 400: the request is malformed or names something invalid.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", detail)
+    }
+
+    /// 401: no usable credentials.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        ApiError { www_authenticate: true, ..Self::new(StatusCode::UNAUTHORIZED, "unauthorized", detail) }
+    }
+
+    /// 403: credentials that do not allow this.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", detail)
+    }
+
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", detail)
+    }
+
+    pub fn precondition_failed(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::PRECONDITION_FAILED, "precondition-failed", detail)
+    }
+
+    pub fn payload_too_large(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", detail)
+    }
+
+    /// 503: a dependency (storage, another service) cannot serve now; retry later.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
+    }
+
+    /// 500: our fault. The cause is logged here and not shown to the client.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; the request id leads to the details in the logs")
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// A problem response for any status, for the plumbing's own errors.
+pub fn problem_response(status: StatusCode, kind: &str, detail: String, request_id: Option<String>) -> Response {
+    let problem = Problem {
+        kind: format!("urn:revstore:problem:{kind}"),
+        title: status.canonical_reason().unwrap_or("Error").to_owned(),
+        status: status.as_u16(),
+        detail,
+        request_id,
+    };
+    let mut response = (status, Json(problem)).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() && self.kind != "internal" {
+            tracing::warn!(status = self.status.as_u16(), detail = %self.detail, "request failed");
+        }
+        let mut response = problem_response(self.status, self.kind, self.detail, None);
+        if self.www_authenticate {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(msg) => ApiError::bad_request(msg),
+            StoreError::BadPageToken(e) => ApiError::bad_request(format!("cursor: {e}")),
+            StoreError::Unavailable(msg) => ApiError::unavailable(format!("storage unavailable: {msg}")),
+            StoreError::SchemaMismatch(msg) => ApiError::unavailable(format!("storage schema: {msg}")),
+            e @ (StoreError::Corrupt(_) | StoreError::Internal(_)) => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<revstore_keys::KeyError> for ApiError {
+    fn from(e: revstore_keys::KeyError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}

@@ -1,0 +1,240 @@
+//! The router around a service's own routes, and serving it with a graceful
+//! shutdown.
+//!
+//! Shutdown, on SIGTERM or Ctrl-C ([`shutdown_signal`]): `/readyz` answers 503
+//! at once while the service keeps serving for the shutdown delay (load
+//! balancers and Kubernetes endpoints notice and stop sending); then no new
+//! connections are taken and in-flight requests get the drain timeout to
+//! finish; then background workers are told to stop and awaited; the caller
+//! then drops its telemetry guard, which flushes traces.
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderValue, StatusCode, header};
+use revstore_storage::{Store, StoreError};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::access::{Access, require_read_access};
+use crate::middleware::{ObserveState, observe};
+use crate::problem::{ApiError, problem_response};
+use crate::settings::ServiceSettings;
+
+/// A running service's shared parts: its store, access rules, settings,
+/// OpenAPI document, readiness and background workers.
+#[derive(Debug, Clone)]
+pub struct Platform {
+    inner: Arc<PlatformInner>,
+}
+
+struct PlatformInner {
+    service: &'static str,
+    store: Store,
+    settings: ServiceSettings,
+    openapi: utoipa::openapi::OpenApi,
+    ready: AtomicBool,
+    stop_workers: CancellationToken,
+    workers: std::sync::Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for PlatformInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Platform").field("service", &self.service).field("store", &self.store).field("settings", &self.settings).finish()
+    }
+}
+
+impl Platform {
+    pub fn new(service: &'static str, store: Store, settings: ServiceSettings, openapi: utoipa::openapi::OpenApi) -> Self {
+        // The recorder must exist before the first measurement, or it is lost.
+        revstore_telemetry::prometheus();
+        let store = match &settings.page_token_key {
+            Some(key) => store.with_page_token_key(key.expose().as_bytes()),
+            None => store,
+        };
+        Platform {
+            inner: Arc::new(PlatformInner {
+                service,
+                store,
+                settings,
+                openapi,
+                ready: AtomicBool::new(true),
+                stop_workers: CancellationToken::new(),
+                workers: std::sync::Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    pub fn service(&self) -> &'static str {
+        self.inner.service
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn access(&self) -> &Access {
+        &self.inner.settings.access
+    }
+
+    pub fn settings(&self) -> &ServiceSettings {
+        &self.inner.settings
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    /// Runs a background worker until shutdown; it must return soon after the
+    /// token it is given is cancelled.
+    pub fn spawn_worker<F, Fut>(&self, name: &'static str, worker: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let handle = tokio::spawn(worker(self.inner.stop_workers.clone()));
+        self.inner.workers.lock().unwrap_or_else(|p| p.into_inner()).push((name, handle));
+    }
+
+    /// The service's routes (already given their state) inside the platform:
+    /// ops routes, read access, body limit, panic catcher, timeout, observation.
+    pub fn router(&self, routes: Router) -> Router {
+        let settings = &self.inner.settings;
+        let ops = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .route("/openapi.json", get(openapi))
+            .with_state(self.clone());
+        let routes = routes.layer(axum::middleware::from_fn_with_state(settings.access.clone(), require_read_access));
+        ops.merge(routes)
+            .layer(DefaultBodyLimit::max(settings.body_limit))
+            .layer(RequestBodyLimitLayer::new(settings.body_limit))
+            .layer(CatchPanicLayer::custom(panic_response))
+            .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
+            .layer(axum::middleware::from_fn_with_state(ObserveState { service: self.inner.service }, observe))
+    }
+}
+
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message =
+        panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("(no message)");
+    tracing::error!(panic = message, "handler panicked");
+    problem_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error; the request id leads to the details in the logs".into(),
+        None,
+    )
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "alive" }))
+}
+
+/// Ready when not shutting down, the storage answers, and its schema is this build's.
+async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Value>, ApiError> {
+    if !platform.is_ready() {
+        return Err(ApiError::unavailable("shutting down"));
+    }
+    let store = platform.store();
+    let check = async {
+        store.ping().await?;
+        store.check_schema().await
+    };
+    let version = match tokio::time::timeout(Duration::from_secs(5), check).await {
+        Ok(Ok(version)) => version,
+        Ok(Err(StoreError::SchemaMismatch(msg))) => return Err(ApiError::unavailable(format!("storage schema: {msg}"))),
+        Ok(Err(e)) => return Err(ApiError::unavailable(format!("storage unreachable: {e}"))),
+        Err(_) => return Err(ApiError::unavailable("storage did not answer within 5 s")),
+    };
+    Ok(Json(serde_json::json!({ "status": "ready", "engine": store.kind().name(), "schema_version": version })))
+}
+
+async fn metrics() -> Response {
+    let mut response = revstore_telemetry::prometheus().render().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+async fn openapi(State(platform): State<Platform>) -> Json<utoipa::openapi::OpenApi> {
+    Json(platform.inner.openapi.clone())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("ctrl-c received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then shuts down
+/// gracefully (see the module documentation).
+pub async fn serve(
+    platform: Platform,
+    router: Router,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let service = platform.service();
+    let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stopped.await;
+    });
+    let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(server.into_future());
+    tokio::select! {
+        result = &mut server => {
+            return result.unwrap_or_else(|e| Err(std::io::Error::other(format!("server task failed: {e}"))));
+        }
+        () = shutdown => {}
+    }
+    let settings = platform.settings();
+    platform.inner.ready.store(false, Ordering::SeqCst);
+    tracing::info!(service, delay_secs = settings.shutdown_delay.as_secs_f64(), "shutting down: /readyz answers 503");
+    tokio::time::sleep(settings.shutdown_delay).await;
+    let _ = stop_accepting.send(());
+    tracing::info!(service, drain_timeout_secs = settings.drain_timeout.as_secs_f64(), "no new connections; draining in-flight requests");
+    match tokio::time::timeout(settings.drain_timeout, &mut server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(e)) => return Err(std::io::Error::other(format!("server task failed: {e}"))),
+        Err(_) => {
+            tracing::warn!(service, "drain timeout reached: cutting the remaining requests");
+            server.abort();
+        }
+    }
+    platform.inner.stop_workers.cancel();
+    let workers = std::mem::take(&mut *platform.inner.workers.lock().unwrap_or_else(|p| p.into_inner()));
+    for (name, handle) in workers {
+        if tokio::time::timeout(Duration::from_secs(10), handle).await.is_err() {
+            tracing::warn!(service, worker = name, "worker did not stop within 10 s");
+        }
+    }
+    tracing::info!(service, "stopped");
+    Ok(())
+}

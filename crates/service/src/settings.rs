@@ -1,0 +1,309 @@
+//! Settings every service shares. Each is a flag and a `REVSTORE_*` variable
+//! (the names the deployment brief fixes keep their spelling); secrets can come
+//! from files; `--help` documents all of them. Invalid settings end the process
+//! with a clear message and exit code 64 (EX_USAGE).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use revstore_schema::cql::Replication;
+use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
+use scylla::frame::types::Consistency;
+
+use crate::access::Access;
+
+/// A secret value: never printed, not even by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl FromStr for Secret {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+/// The settings shared by every service; each service's own `Args` flattens this.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Address and port to listen on (default: the service's own port on 0.0.0.0).
+    #[arg(long, env = "REVSTORE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    /// Directory of the embedded storage engine, used when no Cassandra is given.
+    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// Cassandra/ScyllaDB contact points, comma-separated host[:port]; set = Cassandra engine.
+    #[arg(long, env = "REVSTORE_CASSANDRA", value_delimiter = ',')]
+    pub cassandra: Vec<String>,
+
+    /// Cassandra keyspace.
+    #[arg(long, env = "REVSTORE_KEYSPACE", default_value = "revstore")]
+    pub keyspace: String,
+
+    /// Local datacenter: requests go there, LOCAL_* consistency counts there.
+    #[arg(long, env = "REVSTORE_CASSANDRA_DATACENTER")]
+    pub cassandra_datacenter: Option<String>,
+
+    /// Replication of a keyspace that has to be created: `3`, or `eqiad:3,codfw:3`.
+    #[arg(long, env = "REVSTORE_CASSANDRA_REPLICATION", default_value = "1")]
+    pub cassandra_replication: Replication,
+
+    /// Consistency of reads and writes: one, local_one, quorum, local_quorum, each_quorum, all.
+    #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = "local_quorum", value_parser = parse_consistency)]
+    pub cassandra_consistency: Consistency,
+
+    /// Cassandra user name (with --cassandra-password-file).
+    #[arg(long, env = "REVSTORE_CASSANDRA_USERNAME")]
+    pub cassandra_username: Option<String>,
+
+    /// File holding the Cassandra password.
+    #[arg(long, env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
+    pub cassandra_password_file: Option<PathBuf>,
+
+    /// Seconds a storage request may take before it fails as unavailable.
+    #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
+    pub storage_timeout_secs: u64,
+
+    /// Bearer tokens that may write, comma-separated (rotate by listing old and new).
+    #[arg(long, env = "REVSTORE_WRITE_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub write_tokens: Vec<Secret>,
+
+    /// File with write tokens, one per line.
+    #[arg(long, env = "REVSTORE_WRITE_TOKENS_FILE")]
+    pub write_tokens_file: Option<PathBuf>,
+
+    /// Bearer tokens that may read; when any is set, reads need a token (write tokens also read).
+    #[arg(long, env = "REVSTORE_READ_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub read_tokens: Vec<Secret>,
+
+    /// File with read tokens, one per line.
+    #[arg(long, env = "REVSTORE_READ_TOKENS_FILE")]
+    pub read_tokens_file: Option<PathBuf>,
+
+    /// File with the key that signs page tokens; replicas of a service must share it.
+    #[arg(long, env = "REVSTORE_PAGE_TOKEN_KEY_FILE")]
+    pub page_token_key_file: Option<PathBuf>,
+
+    /// Seconds a request may take before it is answered 503.
+    #[arg(long, env = "REVSTORE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "REVSTORE_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub body_limit_bytes: usize,
+
+    /// On SIGTERM: seconds to keep serving with /readyz at 503, so load balancers stop sending.
+    #[arg(long, env = "REVSTORE_SHUTDOWN_DELAY_SECS", default_value_t = 5)]
+    pub shutdown_delay_secs: u64,
+
+    /// Then: seconds in-flight requests get to finish before they are cut.
+    #[arg(long, env = "REVSTORE_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
+    pub drain_timeout_secs: u64,
+}
+
+fn parse_consistency(s: &str) -> Result<Consistency, String> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "one" => Consistency::One,
+        "local_one" => Consistency::LocalOne,
+        "quorum" => Consistency::Quorum,
+        "local_quorum" => Consistency::LocalQuorum,
+        "each_quorum" => Consistency::EachQuorum,
+        "all" => Consistency::All,
+        other => return Err(format!("unknown consistency {other:?}")),
+    })
+}
+
+/// Settings resolved and checked: files read, storage chosen.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    pub listen: SocketAddr,
+    pub storage: StorageSettings,
+    pub access: Access,
+    pub page_token_key: Option<Secret>,
+    pub request_timeout: Duration,
+    pub body_limit: usize,
+    pub shutdown_delay: Duration,
+    pub drain_timeout: Duration,
+}
+
+/// A setting that cannot be used, said so that the operator can fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+fn read_secret_file(path: &PathBuf, what: &str) -> Result<String, SettingsError> {
+    std::fs::read_to_string(path).map_err(|e| SettingsError(format!("cannot read the {what} file {}: {e}", path.display())))
+}
+
+fn tokens(inline: &[Secret], file: Option<&PathBuf>, what: &str) -> Result<Vec<Secret>, SettingsError> {
+    let mut all: Vec<Secret> = inline.iter().filter(|t| !t.0.trim().is_empty()).map(|t| Secret(t.0.trim().to_owned())).collect();
+    if let Some(path) = file {
+        let text = read_secret_file(path, what)?;
+        all.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(Secret::new));
+    }
+    if let Some(short) = all.iter().find(|t| t.0.len() < 16) {
+        return Err(SettingsError(format!("a {what} is {} characters long; use at least 16", short.0.len())));
+    }
+    Ok(all)
+}
+
+impl CommonArgs {
+    /// Reads the files the settings name and checks what can be checked
+    /// without reaching the storage.
+    pub fn resolve(&self, default_port: u16) -> Result<ServiceSettings, SettingsError> {
+        let storage = if self.cassandra.is_empty() {
+            StorageSettings::Embedded { data_dir: self.data_dir.clone(), options: EmbeddedOptions::default() }
+        } else {
+            let mut options = CassandraOptions::new(self.cassandra.clone(), self.keyspace.clone());
+            options.datacenter = self.cassandra_datacenter.clone();
+            options.replication = self.cassandra_replication.clone();
+            options.consistency = self.cassandra_consistency;
+            options.request_timeout = Duration::from_secs(self.storage_timeout_secs.max(1));
+            options.credentials = match (&self.cassandra_username, &self.cassandra_password_file) {
+                (Some(user), Some(file)) => {
+                    Some((user.clone(), read_secret_file(file, "Cassandra password")?.trim_end_matches(['\n', '\r']).to_owned()))
+                }
+                (None, None) => None,
+                _ => return Err(SettingsError("--cassandra-username and --cassandra-password-file go together".into())),
+            };
+            StorageSettings::Cassandra(options)
+        };
+        let write = tokens(&self.write_tokens, self.write_tokens_file.as_ref(), "write token")?;
+        let read = tokens(&self.read_tokens, self.read_tokens_file.as_ref(), "read token")?;
+        let page_token_key = match &self.page_token_key_file {
+            Some(path) => Some(Secret(read_secret_file(path, "page token key")?.trim().to_owned())),
+            None => None,
+        };
+        if self.body_limit_bytes == 0 || self.request_timeout_secs == 0 {
+            return Err(SettingsError("the body limit and the request timeout must be above zero".into()));
+        }
+        Ok(ServiceSettings {
+            listen: self.listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], default_port))),
+            storage,
+            access: Access::new(&write, if read.is_empty() { None } else { Some(&read) }),
+            page_token_key,
+            request_timeout: Duration::from_secs(self.request_timeout_secs),
+            body_limit: self.body_limit_bytes,
+            shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
+            drain_timeout: Duration::from_secs(self.drain_timeout_secs),
+        })
+    }
+}
+
+/// Parses the command line; `--help` and `--version` print and exit 0, anything
+/// invalid prints the reason and exits 64.
+pub fn parse_args_or_exit<T: clap::Parser>() -> T {
+    parse_from_or_exit(std::env::args_os())
+}
+
+/// [`parse_args_or_exit`] over given arguments.
+pub fn parse_from_or_exit<T: clap::Parser, I: IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>>(args: I) -> T {
+    match T::try_parse_from(args) {
+        Ok(args) => args,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            std::process::exit(0)
+        }
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(64)
+        }
+    }
+}
+
+/// Ends the process for a settings error, with exit code 64.
+pub fn exit_on_settings_error(service: &str, error: SettingsError) -> ! {
+    eprintln!("{service}: invalid settings: {error}");
+    std::process::exit(64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn resolve(args: &[&str]) -> Result<ServiceSettings, SettingsError> {
+        Args::try_parse_from(std::iter::once("svc").chain(args.iter().copied())).expect("parses").common.resolve(8081)
+    }
+
+    #[test]
+    fn defaults_give_the_embedded_engine_on_the_service_port() {
+        let s = resolve(&[]).unwrap();
+        assert_eq!(s.listen, SocketAddr::from(([0, 0, 0, 0], 8081)));
+        assert!(matches!(s.storage, StorageSettings::Embedded { ref data_dir, .. } if data_dir == &PathBuf::from("./data")));
+        let s = resolve(&["--cassandra", "a:9042,b", "--keyspace", "ks", "--cassandra-consistency", "quorum"]).unwrap();
+        match s.storage {
+            StorageSettings::Cassandra(o) => {
+                assert_eq!(o.contact_points, vec!["a:9042", "b"]);
+                assert_eq!((o.keyspace.as_str(), o.consistency), ("ks", Consistency::Quorum));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_come_from_files_and_never_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "# rotated 2026-11\nfirst-token-0123456789\n\nsecond-token-0123456789\n").unwrap();
+        let password = dir.path().join("password");
+        std::fs::write(&password, "hunter2-cassandra\n").unwrap();
+        let s = resolve(&[
+            "--write-tokens-file",
+            tokens.to_str().unwrap(),
+            "--cassandra",
+            "db",
+            "--cassandra-username",
+            "revstore",
+            "--cassandra-password-file",
+            password.to_str().unwrap(),
+        ])
+        .unwrap();
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, "Bearer second-token-0123456789".parse().unwrap());
+        assert!(s.access.check_write(&headers).is_ok());
+        let shown = format!("{s:?}");
+        for secret in ["first-token", "second-token", "hunter2"] {
+            assert!(!shown.contains(secret), "{secret} leaked into {shown}");
+        }
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn unusable_settings_say_why() {
+        let err = |args: &[&str]| resolve(args).unwrap_err().to_string();
+        assert!(err(&["--write-tokens", "short"]).contains("at least 16"));
+        assert!(err(&["--write-tokens-file", "/nonexistent/tokens"]).contains("cannot read the write token file"));
+        assert!(err(&["--cassandra", "db", "--cassandra-username", "u"]).contains("go together"));
+        assert!(err(&["--body-limit-bytes", "0"]).contains("above zero"));
+        assert!(Args::try_parse_from(["svc", "--listen", "not an address"]).is_err());
+        assert!(Args::try_parse_from(["svc", "--cassandra-consistency", "most"]).is_err());
+    }
+}

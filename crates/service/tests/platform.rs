@@ -1,0 +1,570 @@
+//! A small service built on the platform, exercised over real HTTP: problem
+//! documents, tokens, body limits, readiness, metrics, trace propagation to a
+//! second server, panics, timeouts, OpenAPI — and a SIGTERM drain of a real
+//! child process that also flushes its traces to an OTLP endpoint.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use axum::Json;
+use axum::extract::{FromRef, Path, Query, State};
+use axum::routing::{get, post};
+use clap::Parser;
+use http::{HeaderMap, Method, StatusCode};
+use revstore_client::{ClientOptions, HttpClient, undocumented_routes};
+use revstore_keys::Domain;
+use revstore_schema::model::ColumnType::Text;
+use revstore_schema::{Column as C, Compaction, TableDef};
+use revstore_service::{Access, ApiError, CommonArgs, Platform, WriteAccess, serve};
+use revstore_storage::{
+    Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScannedPartition, Store, StoreError, StoreResult, Upsert, Value, Write,
+};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+static ITEMS: TableDef = TableDef {
+    name: "platform_items",
+    columns: &[C::partition("domain", Text), C::partition("key", Text), C::regular("value", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "platform test service",
+};
+
+const WRITE_TOKEN: &str = "write-token-0123456789";
+const ROTATED_TOKEN: &str = "rotated-token-0123456789";
+
+#[derive(Clone)]
+struct AppState {
+    platform: Platform,
+    downstream: Option<HttpClient>,
+}
+
+impl FromRef<AppState> for Access {
+    fn from_ref(state: &AppState) -> Access {
+        state.platform.access().clone()
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+struct Item {
+    value: String,
+}
+
+#[utoipa::path(put, path = "/{domain}/v1/items/{key}", request_body = Item,
+    params(("domain" = String, Path), ("key" = String, Path)),
+    responses((status = 201, description = "stored"), (status = 400, body = revstore_service::problem::Problem)))]
+async fn put_item(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, key)): Path<(String, String)>,
+    Json(item): Json<Item>,
+) -> Result<StatusCode, ApiError> {
+    let domain = Domain::parse(&domain)?;
+    state.platform.store().write(Upsert::new(&ITEMS, [Value::from(domain.as_str()), Value::from(key)]).set("value", item.value)).await?;
+    Ok(StatusCode::CREATED)
+}
+
+#[utoipa::path(get, path = "/{domain}/v1/items/{key}",
+    params(("domain" = String, Path), ("key" = String, Path)),
+    responses((status = 200, body = Item), (status = 404, body = revstore_service::problem::Problem)))]
+async fn get_item(State(state): State<AppState>, Path((domain, key)): Path<(String, String)>) -> Result<Json<Item>, ApiError> {
+    let domain = Domain::parse(&domain)?;
+    let row = state.platform.store().get(&ITEMS, vec![Value::from(domain.as_str()), Value::from(key.clone())], None).await?;
+    let value = row.and_then(|r| r.text("value").map(str::to_owned)).ok_or_else(|| ApiError::not_found(format!("no item {key}")))?;
+    Ok(Json(Item { value }))
+}
+
+#[derive(Deserialize)]
+struct SlowQuery {
+    ms: u64,
+}
+
+async fn slow(Query(q): Query<SlowQuery>) -> &'static str {
+    tokio::time::sleep(Duration::from_millis(q.ms)).await;
+    "done"
+}
+
+async fn boom() -> &'static str {
+    panic!("deliberate panic in a handler")
+}
+
+/// Calls the downstream server's /echo-trace and returns what it saw.
+async fn relay(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let client = state.downstream.as_ref().ok_or_else(|| ApiError::unavailable("no downstream"))?;
+    let seen: serde_json::Value = client.get_json("/echo-trace").await.map_err(|e| ApiError::unavailable(e.to_string()))?;
+    Ok(Json(seen))
+}
+
+async fn echo_trace(headers: HeaderMap) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "traceparent": headers.get("traceparent").and_then(|v| v.to_str().ok()) }))
+}
+
+/// What a typed client of this service calls; checked against the OpenAPI document.
+const CLIENT_ROUTES: &[(Method, &str)] = &[(Method::PUT, "/{domain}/v1/items/{key}"), (Method::GET, "/{domain}/v1/items/{key}")];
+
+fn app(state: AppState) -> (axum::Router, utoipa::openapi::OpenApi) {
+    let (router, openapi) = OpenApiRouter::new()
+        .routes(routes!(put_item))
+        .routes(routes!(get_item))
+        .route("/slow", get(slow))
+        .route("/boom", get(boom))
+        .route("/relay", post(relay).get(relay))
+        .route("/echo-trace", get(echo_trace))
+        .split_for_parts();
+    (router.with_state(state), openapi)
+}
+
+#[derive(Debug, Parser)]
+struct TestArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// An engine that can be switched off: the real embedded engine behind it,
+/// every call failing as unavailable while `down` is set.
+#[derive(Debug)]
+struct Switchable {
+    inner: Arc<dyn Engine>,
+    down: AtomicBool,
+}
+
+impl Switchable {
+    fn check(&self) -> StoreResult<()> {
+        if self.down.load(Ordering::SeqCst) { Err(StoreError::Unavailable("switched off by the test".into())) } else { Ok(()) }
+    }
+}
+
+#[async_trait]
+impl Engine for Switchable {
+    fn kind(&self) -> EngineKind {
+        self.inner.kind()
+    }
+    async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
+        self.check()?;
+        self.inner.ensure_tables(tables).await
+    }
+    async fn apply(&self, writes: Vec<Write>) -> StoreResult<()> {
+        self.check()?;
+        self.inner.apply(writes).await
+    }
+    async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)> {
+        self.check()?;
+        self.inner.read(query, after).await
+    }
+    async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome> {
+        self.check()?;
+        self.inner.cas(cas).await
+    }
+    async fn scan(&self, table: &'static TableDef, after: Option<(i64, Vec<Value>)>, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+        self.check()?;
+        self.inner.scan(table, after, limit).await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.check()?;
+        self.inner.ping().await
+    }
+    async fn purge_expired(&self) -> StoreResult<PurgeStats> {
+        self.check()?;
+        self.inner.purge_expired().await
+    }
+}
+
+struct Running {
+    addr: SocketAddr,
+    engine: Arc<Switchable>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn telemetry() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // Keep the guard for the whole test process.
+        if let Ok(guard) = revstore_telemetry::init("platform-test") {
+            std::mem::forget(guard);
+        }
+    });
+}
+
+async fn start(extra_args: &[&str], migrate: bool, downstream: Option<String>) -> Running {
+    telemetry();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args =
+        vec!["test", "--data-dir", dir.path().to_str().expect("path"), "--write-tokens", "write-token-0123456789,rotated-token-0123456789"];
+    args.extend_from_slice(&[
+        "--shutdown-delay-secs",
+        "0",
+        "--drain-timeout-secs",
+        "5",
+        "--body-limit-bytes",
+        "1024",
+        "--request-timeout-secs",
+        "1",
+    ]);
+    args.extend_from_slice(extra_args);
+    let settings = TestArgs::parse_from(args).common.resolve(0).expect("settings");
+    let store = revstore_storage::open(settings.storage.clone()).await.expect("open");
+    let engine = Arc::new(Switchable { inner: store.engine().clone(), down: AtomicBool::new(false) });
+    let store = Store::new(engine.clone());
+    if migrate {
+        store.migrate(&[&ITEMS]).await.expect("migrate");
+    } else {
+        store.ensure_tables(&[&ITEMS]).await.expect("tables");
+    }
+    let downstream = downstream.map(|url| HttpClient::new(&url, ClientOptions::default()).expect("client"));
+    let platform_for_state = |platform: Platform| AppState { platform, downstream };
+    let (_, openapi) =
+        app(AppState { platform: Platform::new("items", store.clone(), settings.clone(), Default::default()), downstream: None });
+    let platform = Platform::new("items", store, settings, openapi);
+    let (routes, _) = app(platform_for_state(platform.clone()));
+    let router = platform.router(routes);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    tokio::spawn(serve(platform, router, listener, async move {
+        let _ = stopped.await;
+    }));
+    Running { addr, engine, stop: Some(stop), _dir: dir }
+}
+
+async fn problem(response: reqwest::Response) -> (StatusCode, serde_json::Value, HeaderMap) {
+    let status = response.status();
+    let headers = response.headers().clone();
+    assert_eq!(headers.get("content-type").and_then(|v| v.to_str().ok()), Some("application/problem+json"), "status {status}");
+    let body: serde_json::Value = response.json().await.expect("problem json");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    assert!(body["type"].as_str().is_some_and(|t| t.starts_with("urn:revstore:problem:")), "{body}");
+    assert_eq!(body["request_id"].as_str(), headers.get("x-request-id").and_then(|v| v.to_str().ok()), "{body}");
+    (status, body, headers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_problem_document() {
+    let s = start(&[], true, None).await;
+    let http = reqwest::Client::new();
+    let put = |path: &str, body: &'static str| {
+        http.put(s.url(path)).bearer_auth(WRITE_TOKEN).header("content-type", "application/json").body(body)
+    };
+    let (status, body, _) = problem(put("/bad_domain!/v1/items/k", r#"{"value":"v"}"#).send().await.expect("send")).await;
+    assert_eq!(status, 400);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("invalid domain"), "{body}");
+    let (status, body, _) = problem(put("/en.wikipedia.org/v1/items/k", "{not json").send().await.expect("send")).await;
+    assert_eq!(status, 400);
+    assert!(body["detail"].as_str().unwrap_or_default().to_lowercase().contains("json"), "{body}");
+    let (status, _, _) = problem(put("/en.wikipedia.org/v1/items/k", r#"{"nope":1}"#).send().await.expect("send")).await;
+    assert_eq!(status, 422);
+    let (status, _, _) = problem(http.get(s.url("/no/such/route")).send().await.expect("send")).await;
+    assert_eq!(status, 404);
+    let (status, _, headers) = problem(http.delete(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
+    assert_eq!(status, 405);
+    assert!(headers.contains_key("allow"));
+    // Nothing was written by the rejected requests.
+    let (status, _, _) = problem(http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_need_a_valid_token_and_tokens_rotate() {
+    let s = start(&[], true, None).await;
+    let http = reqwest::Client::new();
+    let put = || http.put(s.url("/en.wikipedia.org/v1/items/k")).json(&serde_json::json!({ "value": "v" }));
+    let (status, _, headers) = problem(put().send().await.expect("send")).await;
+    assert_eq!(status, 401);
+    assert_eq!(headers.get("www-authenticate").and_then(|v| v.to_str().ok()), Some("Bearer"));
+    let (status, _, _) = problem(put().bearer_auth("not-the-token-0123456789").send().await.expect("send")).await;
+    assert_eq!(status, 403);
+    assert_eq!(put().bearer_auth(WRITE_TOKEN).send().await.expect("send").status(), 201);
+    assert_eq!(put().bearer_auth(ROTATED_TOKEN).send().await.expect("send").status(), 201);
+    let read = http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send");
+    assert_eq!(read.status(), 200, "reads are open by default");
+    assert_eq!(read.json::<Item>().await.expect("json").value, "v");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_can_be_closed_with_read_tokens() {
+    let s = start(&["--read-tokens", "reader-token-0123456789"], true, None).await;
+    let http = reqwest::Client::new();
+    let (status, _, _) = problem(http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
+    assert_eq!(status, 401);
+    let status =
+        http.get(s.url("/en.wikipedia.org/v1/items/k")).bearer_auth("reader-token-0123456789").send().await.expect("send").status();
+    assert_eq!(status, 404, "authorised, and the item does not exist");
+    assert_eq!(http.get(s.url("/healthz")).send().await.expect("send").status(), 200, "ops routes stay open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_is_413() {
+    let s = start(&[], true, None).await;
+    let big = serde_json::json!({ "value": "x".repeat(4096) });
+    let response =
+        reqwest::Client::new().put(s.url("/en.wikipedia.org/v1/items/k")).bearer_auth(WRITE_TOKEN).json(&big).send().await.expect("send");
+    let (status, _, _) = problem(response).await;
+    assert_eq!(status, 413);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_storage_and_its_schema() {
+    let s = start(&[], true, None).await;
+    let http = reqwest::Client::new();
+    let ready = http.get(s.url("/readyz")).send().await.expect("send");
+    assert_eq!(ready.status(), 200);
+    let body: serde_json::Value = ready.json().await.expect("json");
+    assert_eq!((body["engine"].as_str(), body["schema_version"].as_u64()), (Some("embedded"), Some(1)));
+    s.engine.down.store(true, Ordering::SeqCst);
+    let (status, body, _) = problem(http.get(s.url("/readyz")).send().await.expect("send")).await;
+    assert_eq!(status, 503);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("storage unreachable"), "{body}");
+    assert_eq!(http.get(s.url("/healthz")).send().await.expect("send").status(), 200, "alive even when storage is down");
+    let (status, _, _) = problem(http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
+    assert_eq!(status, 503);
+    s.engine.down.store(false, Ordering::SeqCst);
+    assert_eq!(http.get(s.url("/readyz")).send().await.expect("send").status(), 200);
+
+    let unmigrated = start(&[], false, None).await;
+    let (status, body, _) = problem(http.get(unmigrated.url("/readyz")).send().await.expect("send")).await;
+    assert_eq!(status, 503);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("no schema recorded"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_labelled_by_route_template() {
+    let s = start(&[], true, None).await;
+    let http = reqwest::Client::new();
+    for key in ["a", "b", "c"] {
+        http.get(s.url(&format!("/en.wikipedia.org/v1/items/{key}"))).send().await.expect("send");
+    }
+    let text = http.get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("http_requests_total{") && l.contains(r#"route="/{domain}/v1/items/{key}""#) && l.contains(r#"status="404""#)
+        })
+        .unwrap_or_else(|| panic!("no per-route counter in:\n{text}"));
+    let count: f64 = line.rsplit(' ').next().and_then(|n| n.parse().ok()).expect("count");
+    assert!(count >= 3.0, "{line}");
+    assert!(!text.contains("/en.wikipedia.org/v1/items/a"), "raw paths must not become labels");
+    assert!(text.contains("http_request_duration_seconds_bucket{"), "latency histogram missing");
+    assert!(text.contains(r#"storage_operation_duration_seconds_bucket{engine="embedded""#), "storage timings missing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_id_follows_the_request_to_the_next_service() {
+    let downstream = start(&[], true, None).await;
+    let upstream = start(&[], true, Some(downstream.url(""))).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let response = reqwest::Client::new()
+        .get(upstream.url("/relay"))
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), 200);
+    let seen: serde_json::Value = response.json().await.expect("json");
+    let traceparent = seen["traceparent"].as_str().unwrap_or_else(|| panic!("no traceparent reached downstream: {seen}"));
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!(parts[1], trace_id, "downstream saw another trace");
+    assert_ne!(parts[2], "00f067aa0ba902b7", "the outgoing call is a new span within the trace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_a_500_problem_not_a_dropped_connection() {
+    let s = start(&[], true, None).await;
+    let (status, body, _) = problem(reqwest::Client::new().get(s.url("/boom")).send().await.expect("an answer, not a reset")).await;
+    assert_eq!(status, 500);
+    assert!(!body["detail"].as_str().unwrap_or_default().contains("deliberate"), "panic text leaked: {body}");
+    assert_eq!(reqwest::Client::new().get(s.url("/healthz")).send().await.expect("send").status(), 200, "still serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_timeout_is_a_503_problem() {
+    let s = start(&[], true, None).await;
+    let started = Instant::now();
+    let (status, _, _) = problem(reqwest::Client::new().get(s.url("/slow?ms=5000")).send().await.expect("send")).await;
+    assert_eq!(status, 503);
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_what_the_client_calls() {
+    let s = start(&[], true, None).await;
+    let doc: serde_json::Value = reqwest::get(s.url("/openapi.json")).await.expect("send").json().await.expect("json");
+    assert_eq!(undocumented_routes(&doc, CLIENT_ROUTES), Vec::<String>::new());
+    assert!(!undocumented_routes(&doc, &[(Method::DELETE, "/{domain}/v1/items/{key}")]).is_empty(), "the check can fail");
+}
+
+// ---- SIGTERM on a real child process ----
+
+const CHILD: &str = "REVSTORE_PLATFORM_TEST_CHILD";
+
+/// The child process of `sigterm_drains_in_flight_requests_and_flushes_traces`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of sigterm_drains_in_flight_requests_and_flushes_traces"]
+async fn child_process_serving() {
+    let data_dir = std::env::var(CHILD).expect("run by the SIGTERM test");
+    let guard = revstore_telemetry::init("platform-child").expect("telemetry");
+    let args = [
+        "test",
+        "--data-dir",
+        data_dir.as_str(),
+        "--write-tokens",
+        WRITE_TOKEN,
+        "--shutdown-delay-secs",
+        "1",
+        "--drain-timeout-secs",
+        "10",
+    ];
+    let settings = TestArgs::parse_from(args).common.resolve(0).expect("settings");
+    let store = revstore_storage::open(settings.storage.clone()).await.expect("open");
+    store.migrate(&[&ITEMS]).await.expect("migrate");
+    let platform = Platform::new("items", store, settings, Default::default());
+    let worker_stopped = Arc::new(AtomicBool::new(false));
+    let flag = worker_stopped.clone();
+    platform.spawn_worker("ticker", move |stop| async move {
+        stop.cancelled().await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    let (routes, _) = app(AppState { platform: platform.clone(), downstream: None });
+    let router = platform.router(routes);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    println!("listening {}", listener.local_addr().expect("addr"));
+    serve(platform, router, listener, revstore_service::shutdown_signal()).await.expect("serve");
+    assert!(worker_stopped.load(Ordering::SeqCst), "the worker was not stopped");
+    guard.shutdown();
+    println!("exited cleanly");
+}
+
+/// A minimal OTLP/HTTP endpoint: counts the trace exports it receives.
+async fn otlp_collector() -> (SocketAddr, Arc<AtomicUsize>) {
+    let received = Arc::new(AtomicUsize::new(0));
+    let counter = received.clone();
+    let router = axum::Router::new().route(
+        "/v1/traces",
+        post(move |body: axum::body::Bytes| {
+            let counter = counter.clone();
+            async move {
+                if !body.is_empty() {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_and_flushes_traces() {
+    let (collector, exports) = otlp_collector().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["child_process_serving", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD, dir.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .env("REVSTORE_LOG_FORMAT", "json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let collected = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // The test harness may print "test child_process_serving ... " first on the same line.
+            if let Some((_, addr)) = line.split_once("listening ") {
+                let _ = addr_tx.send(addr.trim().to_owned());
+            }
+            collected.lock().expect("lines").push(line);
+        }
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(60)).expect("the child started listening");
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("http://{addr}{path}");
+    assert_eq!(http.get(url("/readyz")).send().await.expect("send").status(), 200);
+
+    // A request in flight when the signal comes must complete.
+    let in_flight = tokio::spawn({
+        let request = http.get(url("/slow?ms=900"));
+        async move { request.send().await.map(|r| r.status()) }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = Instant::now();
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Within the shutdown delay: still answering, but not ready.
+    let (status, body, _) = problem(http.get(url("/readyz")).send().await.expect("answered during the delay")).await;
+    assert_eq!(status, 503);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("shutting down"), "{body}");
+    assert_eq!(in_flight.await.expect("task").expect("the in-flight request completed"), StatusCode::OK);
+
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(15), "the child did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "child exit: {exit:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(lines.lock().expect("lines").iter().any(|l| l.contains("exited cleanly")), "serve did not return cleanly");
+    assert!(http.get(url("/healthz")).send().await.is_err(), "still accepting connections after exit");
+    assert!(exports.load(Ordering::SeqCst) >= 1, "no traces reached the OTLP endpoint");
+}
+
+// ---- exit code 64 on bad settings, from a real process ----
+
+const SETTINGS_CHILD: &str = "REVSTORE_SETTINGS_TEST_ARGS";
+
+/// The child process of `invalid_settings_exit_64`: parses the arguments it is given.
+#[test]
+#[ignore = "the child process of invalid_settings_exit_64"]
+fn child_process_settings() {
+    let args = std::env::var(SETTINGS_CHILD).expect("run by invalid_settings_exit_64");
+    let parsed: TestArgs = revstore_service::parse_from_or_exit(std::iter::once("svc").chain(args.split(' ')));
+    if let Err(e) = parsed.common.resolve(0) {
+        revstore_service::exit_on_settings_error("svc", e);
+    }
+}
+
+#[test]
+fn invalid_settings_exit_64() {
+    for (args, says) in
+        [("--listen nowhere", "invalid value"), ("--write-tokens short", "at least 16"), ("--help", "REVSTORE_WRITE_TOKENS")]
+    {
+        let out = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["child_process_settings", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(SETTINGS_CHILD, args)
+            .output()
+            .expect("run child");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let expected = if args == "--help" { 0 } else { 64 };
+        assert_eq!(out.status.code(), Some(expected), "{args}: {text}");
+        assert!(text.contains(says), "{args}: {text}");
+    }
+}
