@@ -84,6 +84,22 @@ pub mod current_store {
         comment: "each render by tid, kept for the grace TTL after being superseded",
     };
 
+    /// Which renders of a title current-store holds: one skinny row per render,
+    /// kept for the grace TTL, so a title's renders can be listed (and deleted)
+    /// without knowing their revisions. Content lives in `by_rev` and `by_tid`.
+    pub static RENDERS: TableDef = TableDef {
+        name: "renders",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::clustering("rev", BigInt, Order::Desc),
+            C::clustering("tid", TimeUuid, Order::Desc),
+        ],
+        default_ttl: Some(86_400),
+        compaction: Compaction::TimeWindow,
+        comment: "renders held per title, for listing and deletion",
+    };
+
     /// Revisions hidden by suppression: never served again.
     pub static SUPPRESSED: TableDef = TableDef {
         name: "suppressed",
@@ -118,7 +134,7 @@ pub mod current_store {
         comment: "pending deliveries to old-store and the dependency graph",
     };
 
-    pub static TABLES: [&TableDef; 5] = [&CURRENT, &BY_REV, &BY_TID, &SUPPRESSED, &OUTBOX];
+    pub static TABLES: [&TableDef; 6] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &SUPPRESSED, &OUTBOX];
 }
 
 /// old-store: seed 002, compression blocks and a metadata table.
@@ -247,11 +263,12 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 12] = [
+pub static ALL_TABLES: [&TableDef; 13] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
     &current_store::BY_TID,
+    &current_store::RENDERS,
     &current_store::SUPPRESSED,
     &current_store::OUTBOX,
     &old_store::ARCHIVE_META,
