@@ -329,7 +329,10 @@ async fn readiness_follows_the_storage_and_its_schema() {
     let ready = http.get(s.url("/readyz")).send().await.expect("send");
     assert_eq!(ready.status(), 200);
     let body: serde_json::Value = ready.json().await.expect("json");
-    assert_eq!((body["engine"].as_str(), body["schema_version"].as_u64()), (Some("embedded"), Some(u64::from(revstore_schema::SCHEMA_VERSION))));
+    assert_eq!(
+        (body["engine"].as_str(), body["schema_version"].as_u64()),
+        (Some("embedded"), Some(u64::from(revstore_schema::SCHEMA_VERSION)))
+    );
     s.engine.down.store(true, Ordering::SeqCst);
     let (status, body, _) = problem(http.get(s.url("/readyz")).send().await.expect("send")).await;
     assert_eq!(status, 503);

@@ -1,0 +1,123 @@
+//! current-store: the latest render of every page.
+//!
+//! Serves the latest render of the latest revision of each page, keeps any
+//! render a reader saw retrievable for a grace TTL after it is superseded, and
+//! never lets an older revision or render win, whatever order writes arrive
+//! in. Revisions it no longer holds are fetched from old-store; the first
+//! render of each revision is handed to old-store through a durable outbox.
+//!
+//! # Layout
+//! - [`render`]: the render body, its parts and how they are stored.
+//! - [`pages`]: the storage model and the write path (precedence, copy-on-update).
+//! - [`routes`]: the HTTP API.
+//! - [`outbox`]: delivery of hand-offs to old-store and notices to the graph.
+
+pub mod outbox;
+pub mod pages;
+pub mod render;
+pub mod routes;
+
+use std::time::Duration;
+
+use revstore_client::{ClientOptions, HttpClient};
+use revstore_keys::{FirstLetterCase, TitleRules};
+use revstore_schema::ALL_TABLES;
+use revstore_service::{CommonArgs, Platform, ServiceSettings};
+use revstore_storage::StorageSettings;
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+
+pub const SERVICE: &str = "current-store";
+pub const DEFAULT_PORT: u16 = 8081;
+
+/// current-store's settings: the shared ones and its own.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "revstore-current-store", version, about = "revstore current-store: the latest render of every page")]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Seconds a superseded render stays retrievable by revision and by tid.
+    #[arg(long, env = "REVSTORE_GRACE_TTL", default_value_t = 86_400)]
+    pub grace_ttl: u64,
+
+    /// old-store's base URL: revisions not held here are read from it, and the
+    /// first render of each revision is handed to it.
+    #[arg(long, env = "REVSTORE_OLD_STORE_URL")]
+    pub old_store_url: Option<String>,
+
+    /// The dependency graph's base URL, for change notices.
+    #[arg(long, env = "REVSTORE_GRAPH_URL")]
+    pub graph_url: Option<String>,
+
+    /// Notify the dependency graph of new revisions (needs --graph-url).
+    #[arg(long, env = "REVSTORE_NOTIFY_GRAPH", default_value_t = false)]
+    pub notify_graph: bool,
+
+    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
+    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
+    pub title_case: String,
+
+    /// File with the bearer token this service presents to old-store and the graph.
+    #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
+    pub peer_token_file: Option<std::path::PathBuf>,
+
+    /// Create the schema at start (default: yes on the embedded engine, no on Cassandra).
+    #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
+    pub migrate_on_start: Option<bool>,
+}
+
+/// Runs current-store until `shutdown` resolves.
+pub async fn run(
+    args: Args,
+    settings: ServiceSettings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), BoxError> {
+    if args.notify_graph && args.graph_url.is_none() {
+        return Err("--notify-graph needs --graph-url".into());
+    }
+    let peer_token = match &args.peer_token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the peer token file {}: {e}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let client = |url: &Option<String>, what: &str| -> Result<Option<HttpClient>, BoxError> {
+        url.as_deref()
+            .map(|u| {
+                let options = ClientOptions { token: peer_token.clone(), ..ClientOptions::default() };
+                HttpClient::new(u, options).map_err(|e| format!("{what}: {e}").into())
+            })
+            .transpose()
+    };
+    let old_store = client(&args.old_store_url, "--old-store-url")?;
+    let graph = client(&args.graph_url, "--graph-url")?;
+    let embedded = matches!(settings.storage, StorageSettings::Embedded { .. });
+    let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
+    if args.migrate_on_start.unwrap_or(embedded) {
+        let outcome = store.migrate(&ALL_TABLES).await.map_err(|e| format!("schema migration: {e}"))?;
+        tracing::info!(%outcome, "schema");
+    }
+    let pages = pages::Pages {
+        store: store.clone(),
+        grace: Duration::from_secs(args.grace_ttl.max(1)),
+        hand_off: true,
+        notify_graph: args.notify_graph,
+    };
+    let titles =
+        TitleRules { first_letter: if args.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper } };
+    let platform = Platform::new(SERVICE, store.clone(), settings, routes::ApiDoc::openapi());
+    let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
+    platform.spawn_worker("outbox", move |stop| outbox::deliver(store, receivers, stop));
+    let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
+    let router = platform.router(routes::router(state));
+    tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
+    revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
+}
+
+/// A start-up failure, as a message for the operator.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

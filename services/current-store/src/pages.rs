@@ -1,0 +1,390 @@
+//! current-store's model of a page, over the `Store`: where renders live,
+//! which one wins, and what a write must do so that precedence and the grace
+//! period hold whatever order writes arrive in.
+//!
+//! Tables (seed 000, option 1b with copy-on-update):
+//! - `current` (domain, title) → rev DESC: the latest render of each revision
+//!   still held, usually one. Its cells are written with the tid's time as
+//!   write timestamp, so re-renders of one revision resolve by render time; a
+//!   new revision's write carries a range delete of the older revisions.
+//! - `by_rev` (domain, title, rev) and `by_tid` (domain, title, rev, tid): every
+//!   render, kept for the grace TTL. A render is written there when it is
+//!   stored, and the render it supersedes is copied there again, so any render
+//!   a reader saw stays retrievable for the grace TTL after it was superseded
+//!   (the VisualEditor contract), with no flag from the client.
+//! - `renders` (domain, title) → rev, tid: the index of renders held.
+//! - `suppressed`: revisions never to be served again.
+//! - `outbox`: hand-offs to old-store (and change notices to the dependency
+//!   graph), written in the same batch as the render.
+
+use std::time::{Duration, SystemTime};
+
+use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
+use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED};
+use revstore_service::ApiError;
+use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
+
+use crate::render::{RenderBody, RenderId, StoredParts};
+
+/// Renders may carry a tid at most this far ahead of our clock.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+/// Outbox rows are spread over this many partitions.
+pub const OUTBOX_SHARDS: i64 = 16;
+
+/// A render found in storage, with the stored parts that were asked for.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub id: RenderId,
+    pub row: Row,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    Created,
+    /// The same render (revision and tid) was already stored: nothing changed.
+    AlreadyStored,
+}
+
+/// Conditions a write must meet.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    /// `If-Match`: the ETag of the latest render the writer based its render on.
+    pub if_match: Option<String>,
+    /// `If-Unmodified-Since`: no render of the page is newer than this.
+    pub if_unmodified_since: Option<SystemTime>,
+}
+
+/// Where a listed render is held.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct HeldRender {
+    pub rev: u64,
+    pub tid: String,
+    pub rendered_at: String,
+    /// `current` for the latest render of a revision, `grace` for renders kept for the grace period.
+    pub held_in: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pages {
+    pub store: Store,
+    /// How long a superseded render stays retrievable.
+    pub grace: Duration,
+    /// Queue the first render of each revision for old-store.
+    pub hand_off: bool,
+    /// Queue a change notice for the dependency graph on each new revision.
+    pub notify_graph: bool,
+}
+
+fn key(domain: &Domain, title: &Title) -> [Value; 2] {
+    [Value::from(domain.as_str()), Value::from(title.as_str())]
+}
+
+fn render_id(row: &Row) -> Result<RenderId, ApiError> {
+    let rev = row.bigint("rev").and_then(|r| RevId::new(r as u64).ok());
+    let tid = row.timeuuid("tid").and_then(|t| Tid::from_uuid(t).ok());
+    match (rev, tid) {
+        (Some(rev), Some(tid)) => Ok(RenderId { rev, tid }),
+        _ => Err(ApiError::internal(format!("stored render without a valid rev or tid: {row:?}"))),
+    }
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    httpdate_rfc3339(time)
+}
+
+/// RFC 3339 in UTC with microseconds, without a date library.
+fn httpdate_rfc3339(time: SystemTime) -> String {
+    let micros = time.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0);
+    let secs = micros.div_euclid(1_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z", rem / 3600, (rem % 3600) / 60, rem % 60, micros.rem_euclid(1_000_000))
+}
+
+pub fn rendered_at(tid: Tid) -> String {
+    rfc3339(tid.time())
+}
+
+impl Pages {
+    fn grace_secs(&self) -> u32 {
+        self.grace.as_secs().clamp(1, u32::MAX as u64) as u32
+    }
+
+    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ApiError> {
+        let [d, t] = key(domain, title);
+        Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
+    }
+
+    /// The latest render of the latest revision.
+    pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, ApiError> {
+        let query = ReadQuery::new(&CURRENT, key(domain, title)).limit(1).columns(columns.iter().copied());
+        let page = self.store.read(&query).await?;
+        match page.rows.into_iter().next() {
+            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
+            None => Ok(None),
+        }
+    }
+
+    /// The latest render of a revision: from `current` while it is the page's
+    /// latest revision, else from `by_rev` during the grace period.
+    pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, ApiError> {
+        if self.is_suppressed(domain, title, rev).await? {
+            return Ok(None);
+        }
+        let [d, t] = key(domain, title);
+        let r = Value::from(rev.as_i64());
+        if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await? {
+            return Ok(Some(Found { id: render_id(&row)?, row }));
+        }
+        match self.store.get(&BY_REV, vec![d, t, r], Some(columns.to_vec())).await? {
+            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
+            None => Ok(None),
+        }
+    }
+
+    /// One render, by revision and tid.
+    pub async fn of_tid(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        tid: Tid,
+        columns: &[&'static str],
+    ) -> Result<Option<Found>, ApiError> {
+        if self.is_suppressed(domain, title, rev).await? {
+            return Ok(None);
+        }
+        let [d, t] = key(domain, title);
+        let r = Value::from(rev.as_i64());
+        if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await?
+            && row.timeuuid("tid") == Some(tid.uuid())
+        {
+            return Ok(Some(Found { id: render_id(&row)?, row }));
+        }
+        let by_tid_columns: Vec<&'static str> = columns.iter().copied().filter(|c| *c != "tid").collect();
+        match self.store.get(&BY_TID, vec![d, t, r, Value::from(tid)], Some(by_tid_columns)).await? {
+            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores a render. See the module documentation for what is written where.
+    pub async fn put(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        id: RenderId,
+        body: &RenderBody,
+        pre: &Preconditions,
+    ) -> Result<PutOutcome, ApiError> {
+        body.validate()?;
+        if id.tid.time() > SystemTime::now() + MAX_CLOCK_SKEW {
+            return Err(ApiError::bad_request(format!("tid {} lies in the future ({})", id.tid, rendered_at(id.tid))));
+        }
+        if self.is_suppressed(domain, title, id.rev).await? {
+            return Err(ApiError::conflict(format!("revision {} of {title} is suppressed", id.rev)));
+        }
+        let latest = self.latest(domain, title, &["tid", "html", "data_parsoid", "section_offsets"]).await?;
+        check_preconditions(pre, latest.as_ref().map(|l| l.id))?;
+        if latest.as_ref().is_some_and(|l| l.id == id) || self.of_tid(domain, title, id.rev, id.tid, &["tid"]).await?.is_some() {
+            return Ok(PutOutcome::AlreadyStored);
+        }
+        let first_of_revision =
+            latest.as_ref().is_none_or(|l| l.id.rev != id.rev) && self.of_rev(domain, title, id.rev, &["tid"]).await?.is_none();
+
+        let parts = StoredParts::encode(body);
+        let ts = id.tid.unix_micros();
+        let [d, t] = key(domain, title);
+        let mut writes: Vec<Write> = self.grace_copies(domain, title, id, &parts);
+        let becomes_latest = latest.as_ref().is_none_or(|l| id.is_newer_than(&l.id));
+        if becomes_latest {
+            writes.push(
+                Upsert::new(&CURRENT, [d.clone(), t.clone(), Value::from(id.rev.as_i64())])
+                    .set("tid", id.tid)
+                    .set("html", parts.html.clone())
+                    .set("data_parsoid", parts.data_parsoid.clone())
+                    .set("section_offsets", parts.section_offsets.clone())
+                    .timestamp(ts)
+                    .into(),
+            );
+            if let Some(old) = &latest {
+                // Copy-on-update: the superseded render's grace period starts now.
+                let old_parts = StoredParts {
+                    html: old.row.blob("html").unwrap_or_default().to_vec(),
+                    data_parsoid: old.row.blob("data_parsoid").unwrap_or_default().to_vec(),
+                    section_offsets: old.row.blob("section_offsets").unwrap_or_default().to_vec(),
+                };
+                writes.extend(self.grace_copies(domain, title, old.id, &old_parts));
+                if id.rev > old.id.rev {
+                    // Older revisions leave `current` in the same batch (leftovers are the janitor's).
+                    let older = Slice::all().upper(std::ops::Bound::Excluded(Value::from(id.rev.as_i64())));
+                    writes.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts).into());
+                }
+            }
+        }
+        if first_of_revision && self.hand_off {
+            writes.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
+        }
+        if first_of_revision && becomes_latest && self.notify_graph {
+            let notice = serde_json::json!({ "page": title.as_str(), "type": "modification", "at": rendered_at(id.tid) });
+            writes.push(self.outbox("change", domain, title, id, serde_json::to_vec(&notice).unwrap_or_default()).into());
+        }
+        self.store.apply(writes).await?;
+        Ok(PutOutcome::Created)
+    }
+
+    /// A render's rows in the grace tables: `by_tid`, `by_rev` (resolved by render
+    /// time) and the `renders` index, all with the grace TTL from now.
+    fn grace_copies(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts) -> Vec<Write> {
+        let [d, t] = key(domain, title);
+        let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
+        vec![
+            Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
+                .set("html", parts.html.clone())
+                .set("data_parsoid", parts.data_parsoid.clone())
+                .set("section_offsets", parts.section_offsets.clone())
+                .ttl(grace)
+                .into(),
+            Upsert::new(&BY_REV, [d.clone(), t.clone(), r.clone()])
+                .set("tid", id.tid)
+                .set("html", parts.html.clone())
+                .set("data_parsoid", parts.data_parsoid.clone())
+                .set("section_offsets", parts.section_offsets.clone())
+                .ttl(grace)
+                .timestamp(id.tid.unix_micros())
+                .into(),
+            Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).into(),
+        ]
+    }
+
+    fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
+        let token = murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()]));
+        let shard = token.rem_euclid(OUTBOX_SHARDS);
+        Upsert::new(&OUTBOX, [Value::from(shard), Value::from(Tid::now())])
+            .set("kind", kind)
+            .set("domain", domain.as_str())
+            .set("title", title.as_str())
+            .set("rev", id.rev.as_i64())
+            .set("tid", id.tid)
+            .set("payload", payload)
+            .set("attempts", 0i64)
+    }
+
+    /// The renders held for a title, newest first.
+    pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, ApiError> {
+        let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns(["tid"])).await?.rows;
+        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
+        let mut held: Vec<(RenderId, &'static str)> = Vec::new();
+        for row in &current {
+            held.push((render_id(row)?, "current"));
+        }
+        for row in &grace {
+            let id = render_id(row)?;
+            if !held.iter().any(|(h, _)| *h == id) {
+                held.push((id, "grace"));
+            }
+        }
+        let mut visible = Vec::with_capacity(held.len());
+        for (id, held_in) in held {
+            if !self.is_suppressed(domain, title, id.rev).await? {
+                visible.push((id, held_in));
+            }
+        }
+        visible.sort_by(|a, b| b.0.rev.cmp(&a.0.rev).then(b.0.tid.cmp(&a.0.tid)));
+        Ok(visible
+            .into_iter()
+            .map(|(id, held_in)| HeldRender { rev: id.rev.get(), tid: id.tid.to_string(), rendered_at: rendered_at(id.tid), held_in })
+            .collect())
+    }
+
+    /// Removes all of a page's content held here.
+    pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), ApiError> {
+        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
+        let [d, t] = key(domain, title);
+        let mut writes: Vec<Write> =
+            vec![Delete::partition(&CURRENT, [d.clone(), t.clone()]).into(), Delete::partition(&RENDERS, [d.clone(), t.clone()]).into()];
+        for row in &grace {
+            let id = render_id(row)?;
+            let r = Value::from(id.rev.as_i64());
+            writes.push(Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).into());
+            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r, Value::from(id.tid)]).into());
+        }
+        self.store.apply(writes).await?;
+        Ok(())
+    }
+
+    /// Hides a revision: recorded as suppressed (checked on every read, so it is
+    /// never served again, also not through the old-store fallback), its content
+    /// removed here, and the suppression queued for old-store.
+    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ApiError> {
+        let [d, t] = key(domain, title);
+        let r = Value::from(rev.as_i64());
+        let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?.rows;
+        let mut writes: Vec<Write> = vec![
+            Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set("suppressed_at", Value::Timestamp(now_ms)).into(),
+            Delete::row(&CURRENT, [d.clone(), t.clone()], [r.clone()]).into(),
+            Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).into(),
+            Delete::range(&RENDERS, [d.clone(), t.clone()], Slice::prefix([r.clone()])).into(),
+        ];
+        for row in &grace {
+            let id = render_id(row)?;
+            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)]).into());
+        }
+        if self.hand_off {
+            let id = RenderId { rev, tid: Tid::now() };
+            writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());
+        }
+        self.store.apply(writes).await?;
+        Ok(())
+    }
+}
+
+fn archive_payload(body: &RenderBody) -> Vec<u8> {
+    serde_json::to_vec(body).unwrap_or_default()
+}
+
+fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), ApiError> {
+    if let Some(expected) = &pre.if_match {
+        let matches = match latest {
+            None => false,
+            Some(id) => expected.trim() == "*" || expected.split(',').any(|e| e.trim().trim_start_matches("W/") == id.etag()),
+        };
+        if !matches {
+            let now = latest.map_or_else(|| "no render".to_owned(), |id| id.etag());
+            return Err(ApiError::precondition_failed(format!("If-Match {expected} does not match the latest render ({now})")));
+        }
+    }
+    if let (Some(since), Some(id)) = (pre.if_unmodified_since, latest)
+        && id.tid.time() > since + Duration::from_secs(1)
+    {
+        return Err(ApiError::precondition_failed(format!(
+            "the latest render ({}) is newer than If-Unmodified-Since",
+            rendered_at(id.tid)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(httpdate_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(httpdate_rfc3339(UNIX_EPOCH + Duration::from_micros(1_764_494_400_123_456)), "2025-11-30T09:20:00.123456Z");
+        assert_eq!(httpdate_rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000Z");
+    }
+}

@@ -1,0 +1,383 @@
+//! current-store's HTTP API (the contract in the architecture brief).
+//!
+//! Several contract paths have the same shape with different meanings at each
+//! position (`/page/{title}/{rev}/{tid}` for writes, `/page/{part}/{title}/{rev}`
+//! for reads), which one router cannot hold under different parameter names.
+//! The router therefore names positions neutrally and each handler reads them
+//! as its route means them; the OpenAPI document describes every route with its
+//! real parameter names.
+
+use axum::Json;
+use axum::extract::{FromRef, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use revstore_client::{ClientError, HttpClient, path_segment};
+use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
+use revstore_service::problem::Problem;
+use revstore_service::{Access, ApiError, Platform, WriteAccess};
+use utoipa::OpenApi;
+
+use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
+use crate::render::{Part, RenderBody, RenderId, decode_part};
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub platform: Platform,
+    pub pages: Pages,
+    pub titles: TitleRules,
+    /// Where revisions no longer held here are fetched from.
+    pub old_store: Option<HttpClient>,
+}
+
+impl FromRef<AppState> for Access {
+    fn from_ref(state: &AppState) -> Access {
+        state.platform.access().clone()
+    }
+}
+
+const PAGE: &str = "/{domain}/v1/page";
+
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}"), get(get_render_of_rev).put(put_render))
+        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render_of_tid))
+        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}"), get(get_latest).post(post_render))
+        .route(&format!("{PAGE}/{{part_or_title}}"), delete(delete_page))
+        .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata))
+        .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions))
+        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .with_state(state)
+}
+
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "revstore current-store",
+        description = "The latest render of every page; superseded renders stay retrievable for the grace TTL."
+    ),
+    paths(
+        put_render,
+        post_render,
+        get_latest,
+        get_render_of_rev,
+        get_render_of_tid,
+        title_metadata,
+        list_revisions,
+        delete_page,
+        suppress_revision
+    ),
+    components(schemas(RenderBody, TitleMetadata, HeldRender, RevisionList, Problem))
+)]
+pub struct ApiDoc;
+
+fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Title), ApiError> {
+    Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
+}
+
+fn part(s: &str) -> Result<Part, ApiError> {
+    Part::parse(s).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: one of html, data-parsoid, section-offsets, bundle")))
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn preconditions(headers: &HeaderMap) -> Result<Preconditions, ApiError> {
+    let if_unmodified_since = match header_str(headers, header::IF_UNMODIFIED_SINCE) {
+        Some(date) => Some(
+            httpdate::parse_http_date(date)
+                .map_err(|_| ApiError::bad_request(format!("If-Unmodified-Since {date:?} is not an HTTP date")))?,
+        ),
+        None => None,
+    };
+    Ok(Preconditions { if_match: header_str(headers, header::IF_MATCH).map(str::to_owned), if_unmodified_since })
+}
+
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.trim() == "*" || if_none_match.split(',').any(|e| e.trim().trim_start_matches("W/") == etag)
+}
+
+/// A render part as an HTTP response, honouring `If-None-Match`.
+fn serve_part(found: &Found, part: Part, request: &HeaderMap, cache_control: &'static str) -> Result<Response, ApiError> {
+    let etag = found.id.etag();
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ETAG, HeaderValue::from_str(&etag).map_err(ApiError::internal)?);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache_control));
+    if header_str(request, header::IF_NONE_MATCH).is_some_and(|inm| etag_matches(inm, &etag)) {
+        return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
+    }
+    let blob = |column: &str| found.row.blob(column).ok_or_else(|| ApiError::internal(format!("render {etag} has no {column}")));
+    let body: Vec<u8> = match part {
+        Part::Html => decode_part(blob("html")?, "html")?,
+        Part::DataParsoid => decode_part(blob("data_parsoid")?, "data-parsoid")?,
+        Part::SectionOffsets => decode_part(blob("section_offsets")?, "section-offsets")?,
+        Part::Bundle => {
+            let json = |column: &str, what: &str| -> Result<serde_json::Value, ApiError> {
+                serde_json::from_slice(&decode_part(blob(column)?, what)?)
+                    .map_err(|e| ApiError::internal(format!("stored {what} is not JSON: {e}")))
+            };
+            let html = String::from_utf8(decode_part(blob("html")?, "html")?)
+                .map_err(|e| ApiError::internal(format!("stored html is not UTF-8: {e}")))?;
+            serde_json::to_vec(&serde_json::json!({
+                "rev": found.id.rev.get(),
+                "tid": found.id.tid.to_string(),
+                "html": html,
+                "data-parsoid": json("data_parsoid", "data-parsoid")?,
+                "section-offsets": json("section_offsets", "section-offsets")?,
+            }))
+            .map_err(ApiError::internal)?
+        }
+    };
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&part.content_type()).map_err(ApiError::internal)?);
+    Ok((StatusCode::OK, headers, body).into_response())
+}
+
+/// The latest render may change at any moment: caches must revalidate (cheap with the ETag).
+const LATEST_CACHE: &str = "max-age=0, must-revalidate";
+/// A given render never changes; it can only be hidden, so caches keep it a day.
+const FIXED_CACHE: &str = "max-age=86400";
+
+/// Fetches a revision from old-store; `Ok(None)` when old-store does not have it either.
+async fn from_old_store(
+    state: &AppState,
+    domain: &Domain,
+    title: &Title,
+    part: Part,
+    rev: RevId,
+    tid: Option<Tid>,
+) -> Result<Option<Response>, ApiError> {
+    let Some(old) = &state.old_store else { return Ok(None) };
+    let part_name = match part {
+        Part::Html => "html",
+        Part::DataParsoid => "data-parsoid",
+        Part::SectionOffsets => "section-offsets",
+        Part::Bundle => "bundle",
+    };
+    let mut path = format!("/{}/v1/archive/{part_name}/{}/{rev}", domain, path_segment(title.as_str()));
+    if let Some(tid) = tid {
+        path.push_str(&format!("/{tid}"));
+    }
+    match old.send(http::Method::GET, &path, HeaderMap::new(), None).await {
+        Ok(answer) => {
+            let mut headers = HeaderMap::new();
+            for name in [header::CONTENT_TYPE, header::ETAG] {
+                if let Some(v) = answer.headers.get(&name) {
+                    headers.insert(name, v.clone());
+                }
+            }
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(FIXED_CACHE));
+            Ok(Some((StatusCode::OK, headers, answer.body).into_response()))
+        }
+        Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => Ok(None),
+        Err(e @ ClientError::Status { .. }) | Err(e @ ClientError::Transport { .. }) => {
+            Err(ApiError::unavailable(format!("old-store: {e}")))
+        }
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct TitleMetadata {
+    domain: String,
+    title: String,
+    rev: u64,
+    tid: String,
+    rendered_at: String,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct RevisionList {
+    items: Vec<HeldRender>,
+    next: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Stored {
+    rev: u64,
+    tid: String,
+    stored: bool,
+}
+
+fn written(outcome: PutOutcome, domain: &Domain, title: &Title, id: RenderId) -> Result<Response, ApiError> {
+    let status = match outcome {
+        PutOutcome::Created => StatusCode::CREATED,
+        PutOutcome::AlreadyStored => StatusCode::OK,
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ETAG, HeaderValue::from_str(&id.etag()).map_err(ApiError::internal)?);
+    let location = format!("/{domain}/v1/page/html/{}/{}/{}", path_segment(title.as_str()), id.rev, id.tid);
+    headers.insert(header::LOCATION, HeaderValue::from_str(&location).map_err(ApiError::internal)?);
+    let body = Stored { rev: id.rev.get(), tid: id.tid.to_string(), stored: outcome == PutOutcome::Created };
+    Ok((status, headers, Json(body)).into_response())
+}
+
+/// Store a render with the renderer's tid (idempotent).
+#[utoipa::path(put, path = "/{domain}/v1/page/{title}/{rev}/{tid}", request_body = RenderBody,
+    params(("domain" = String, Path), ("title" = String, Path, description = "percent-encoded"), ("rev" = u64, Path), ("tid" = String, Path, description = "time-based UUID"),
+        ("If-Match" = Option<String>, Header, description = "ETag of the latest render this one is based on"),
+        ("If-Unmodified-Since" = Option<String>, Header, description = "no render of the page may be newer")),
+    responses((status = 201, description = "stored; ETag \"rev/tid\""), (status = 200, description = "already stored"),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem), (status = 412, body = Problem)),
+    security(("bearer" = [])))]
+async fn put_render(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev, tid)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    Json(body): Json<RenderBody>,
+) -> Result<Response, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::parse(&tid)? };
+    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
+    written(outcome, &domain, &title, id)
+}
+
+/// Store a render; the service assigns its tid.
+#[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}", request_body = RenderBody,
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 201, description = "stored; ETag and Location name the render"), (status = 400, body = Problem), (status = 401, body = Problem), (status = 412, body = Problem)),
+    security(("bearer" = [])))]
+async fn post_render(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    Json(body): Json<RenderBody>,
+) -> Result<Response, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::now() };
+    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
+    written(outcome, &domain, &title, id)
+}
+
+/// The latest render of the latest revision.
+#[utoipa::path(get, path = "/{domain}/v1/page/{part}/{title}",
+    params(("domain" = String, Path), ("part" = String, Path, description = "html, data-parsoid, section-offsets or bundle"), ("title" = String, Path)),
+    responses((status = 200, description = "the part; ETag \"rev/tid\""), (status = 304), (status = 404, body = Problem)))]
+async fn get_latest(
+    State(state): State<AppState>,
+    Path((domain, part_name, title)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let part = part(&part_name)?;
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    match state.pages.latest(&domain, &title, part.columns()).await? {
+        Some(found) => serve_part(&found, part, &headers, LATEST_CACHE),
+        None => Err(ApiError::not_found(format!("no render of {title} on {domain}"))),
+    }
+}
+
+/// The latest render of a revision.
+#[utoipa::path(get, path = "/{domain}/v1/page/{part}/{title}/{rev}",
+    params(("domain" = String, Path), ("part" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 200, description = "the part"), (status = 304), (status = 404, body = Problem)))]
+async fn get_render_of_rev(
+    State(state): State<AppState>,
+    Path((domain, part_name, title, rev)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let part = part(&part_name)?;
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let rev = RevId::parse(&rev)?;
+    if let Some(found) = state.pages.of_rev(&domain, &title, rev, part.columns()).await? {
+        return serve_part(&found, part, &headers, FIXED_CACHE);
+    }
+    if state.pages.is_suppressed(&domain, &title, rev).await? {
+        return Err(ApiError::not_found(format!("no render of revision {rev} of {title}")));
+    }
+    match from_old_store(&state, &domain, &title, part, rev, None).await? {
+        Some(response) => Ok(response),
+        None => Err(ApiError::not_found(format!("no render of revision {rev} of {title}"))),
+    }
+}
+
+/// A given render of a revision.
+#[utoipa::path(get, path = "/{domain}/v1/page/{part}/{title}/{rev}/{tid}",
+    params(("domain" = String, Path), ("part" = String, Path), ("title" = String, Path), ("rev" = u64, Path), ("tid" = String, Path)),
+    responses((status = 200, description = "the part"), (status = 304), (status = 404, body = Problem)))]
+async fn get_render_of_tid(
+    State(state): State<AppState>,
+    Path((domain, part_name, title, rev, tid)): Path<(String, String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let part = part(&part_name)?;
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (rev, tid) = (RevId::parse(&rev)?, Tid::parse(&tid)?);
+    if let Some(found) = state.pages.of_tid(&domain, &title, rev, tid, part.columns()).await? {
+        return serve_part(&found, part, &headers, FIXED_CACHE);
+    }
+    if state.pages.is_suppressed(&domain, &title, rev).await? {
+        return Err(ApiError::not_found(format!("no render {tid} of revision {rev} of {title}")));
+    }
+    match from_old_store(&state, &domain, &title, part, rev, Some(tid)).await? {
+        Some(response) => Ok(response),
+        None => Err(ApiError::not_found(format!("no render {tid} of revision {rev} of {title}"))),
+    }
+}
+
+/// Metadata of the latest render.
+#[utoipa::path(get, path = "/{domain}/v1/page/title/{title}",
+    params(("domain" = String, Path), ("title" = String, Path)),
+    responses((status = 200, body = TitleMetadata), (status = 404, body = Problem)))]
+async fn title_metadata(
+    State(state): State<AppState>,
+    Path((domain, title)): Path<(String, String)>,
+) -> Result<Json<TitleMetadata>, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let found = state
+        .pages
+        .latest(&domain, &title, &["tid"])
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no render of {title} on {domain}")))?;
+    Ok(Json(TitleMetadata {
+        domain: domain.to_string(),
+        title: title.to_string(),
+        rev: found.id.rev.get(),
+        tid: found.id.tid.to_string(),
+        rendered_at: rendered_at(found.id.tid),
+    }))
+}
+
+/// The revisions and renders current-store holds for a title, newest first.
+#[utoipa::path(get, path = "/{domain}/v1/page/revisions/{title}",
+    params(("domain" = String, Path), ("title" = String, Path)),
+    responses((status = 200, body = RevisionList)))]
+async fn list_revisions(
+    State(state): State<AppState>,
+    Path((domain, title)): Path<(String, String)>,
+) -> Result<Json<RevisionList>, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    // A title holds a handful of renders (the latest, and those within the grace period): one page.
+    Ok(Json(RevisionList { items: state.pages.held(&domain, &title).await?, next: None }))
+}
+
+/// Delete all of a page's content held here.
+#[utoipa::path(delete, path = "/{domain}/v1/page/{title}",
+    params(("domain" = String, Path), ("title" = String, Path)),
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn delete_page(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    state.pages.delete(&domain, &title).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Hide a revision everywhere: never served again, here or through old-store.
+#[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}/suppress",
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn suppress_revision(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    state.pages.suppress(&domain, &title, RevId::parse(&rev)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
