@@ -82,7 +82,13 @@ async fn send(receivers: &Receivers, row: &Row) -> Result<bool, String> {
         return Err(format!("malformed outbox row {row:?}"));
     };
     let title = path_segment(title);
-    let payload = row.blob("payload").unwrap_or_default().to_vec();
+    // Payloads are stored as envelopes (compressed); receivers get the JSON.
+    let payload = match row.blob("payload") {
+        Some(stored) if !stored.is_empty() => {
+            revstore_codecs::Envelope::default().decode(stored).map_err(|e| format!("unreadable outbox payload: {e}"))?.into_owned()
+        }
+        _ => Vec::new(),
+    };
     let json = http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"))]);
     let (client, method, path, body) = match kind {
         "archive" => {

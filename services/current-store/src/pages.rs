@@ -135,21 +135,27 @@ impl Pages {
         }
     }
 
-    /// The latest render of a revision: from `current` while it is the page's
-    /// latest revision, else from `by_rev` during the grace period.
+    /// The latest render of a revision: the newer of its row in `current` (while
+    /// the revision is held there) and its row in `by_rev` (during the grace
+    /// period). Both are read: a `current` row of an older revision can outlive
+    /// the range delete that should have removed it (that delete carries an
+    /// earlier write time), while `by_rev` received the revision's newer renders.
     pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, ApiError> {
         if self.is_suppressed(domain, title, rev).await? {
             return Ok(None);
         }
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
-        if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await? {
-            return Ok(Some(Found { id: render_id(&row)?, row }));
+        let mut best: Option<Found> = None;
+        for table in [&CURRENT, &BY_REV] {
+            if let Some(row) = self.store.get(table, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await? {
+                let found = Found { id: render_id(&row)?, row };
+                if best.as_ref().is_none_or(|b| found.id.is_newer_than(&b.id)) {
+                    best = Some(found);
+                }
+            }
         }
-        match self.store.get(&BY_REV, vec![d, t, r], Some(columns.to_vec())).await? {
-            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
-            None => Ok(None),
-        }
+        Ok(best)
     }
 
     /// One render, by revision and tid.
@@ -226,9 +232,13 @@ impl Pages {
                 };
                 writes.extend(self.grace_copies(domain, title, old.id, &old_parts));
                 if id.rev > old.id.rev {
-                    // Older revisions leave `current` in the same batch (leftovers are the janitor's).
+                    // Older revisions leave `current` in the same batch. The delete is
+                    // timestamped now (or the tid's time if later), so it also covers
+                    // re-renders of older revisions made before this write; what a
+                    // concurrent writer still adds is the janitor's.
                     let older = Slice::all().upper(std::ops::Bound::Excluded(Value::from(id.rev.as_i64())));
-                    writes.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts).into());
+                    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(ts);
+                    writes.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts.max(now)).into());
                 }
             }
         }
@@ -237,7 +247,9 @@ impl Pages {
         }
         if first_of_revision && becomes_latest && self.notify_graph {
             let notice = serde_json::json!({ "page": title.as_str(), "type": "modification", "at": rendered_at(id.tid) });
-            writes.push(self.outbox("change", domain, title, id, serde_json::to_vec(&notice).unwrap_or_default()).into());
+            let notice = revstore_codecs::Envelope::default()
+                .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
+            writes.push(self.outbox("change", domain, title, id, notice).into());
         }
         self.store.apply(writes).await?;
         Ok(PutOutcome::Created)
@@ -350,8 +362,10 @@ impl Pages {
     }
 }
 
+/// The body old-store's archive write takes, compressed for the batch it rides in.
 fn archive_payload(body: &RenderBody) -> Vec<u8> {
-    serde_json::to_vec(body).unwrap_or_default()
+    let json = serde_json::to_vec(body).unwrap_or_default();
+    revstore_codecs::Envelope::default().encode(&json, revstore_codecs::Compression::Zstd { level: 3 })
 }
 
 fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), ApiError> {

@@ -1,0 +1,189 @@
+//! Precedence under out-of-order and concurrent writers, on both engines, and
+//! the grace period with injected time.
+//!
+//! A page history (revisions, each rendered several times) is written in many
+//! random orders from several concurrent clients while a reader watches the
+//! latest render. Every read must return a render that was written and never
+//! one older than a render already acknowledged; at the end the latest is the
+//! highest revision's newest render, each revision's latest render is its
+//! newest, and every render is still retrievable by tid (grace).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rand::seq::SliceRandom;
+use revstore_current_store::pages::{Pages, Preconditions};
+use revstore_current_store::render::{RenderBody, RenderId};
+use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
+use revstore_schema::ALL_TABLES;
+use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
+
+const REVISIONS: u64 = 6;
+const RENDERS_PER_REVISION: u64 = 3;
+const WRITERS: usize = 4;
+
+fn history() -> Vec<(RenderId, RenderBody)> {
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    let start = SystemTime::now() - Duration::from_secs(3600);
+    let mut out = Vec::new();
+    for r in 0..REVISIONS {
+        for n in 0..RENDERS_PER_REVISION {
+            // Render times interleave across revisions: a late re-render of an old
+            // revision is newer, by time, than an early render of a newer one.
+            let at = start + Duration::from_secs(r * 60 + n * 97);
+            let id = RenderId { rev: RevId::new(1000 + r).expect("rev"), tid: generator.next_at(at) };
+            out.push((id, common::render(&html[(r * RENDERS_PER_REVISION + n) as usize % html.len()], r * 10 + n)));
+        }
+    }
+    out
+}
+
+async fn replay(pages: &Pages, title: &Title) {
+    let domain = Domain::parse("en.wikipedia.org").expect("domain");
+    let history = history();
+    let mut order = history.clone();
+    order.shuffle(&mut rand::rng());
+    let written: Vec<RenderId> = history.iter().map(|(id, _)| *id).collect();
+    let acknowledged: Arc<Mutex<Option<RenderId>>> = Arc::new(Mutex::new(None));
+    let done = Arc::new(AtomicBool::new(false));
+
+    let reader = {
+        let (pages, domain, title, acknowledged, done, written) =
+            (pages.clone(), domain.clone(), title.clone(), acknowledged.clone(), done.clone(), written.clone());
+        tokio::spawn(async move {
+            let mut reads = 0;
+            while !done.load(Ordering::SeqCst) {
+                let floor = *acknowledged.lock().expect("lock");
+                let seen = pages.latest(&domain, &title, &["tid"]).await.expect("read latest").map(|f| f.id);
+                if let Some(floor) = floor {
+                    let seen = seen.unwrap_or_else(|| panic!("nothing latest after {floor:?} was acknowledged"));
+                    assert!(!floor.is_newer_than(&seen), "read {seen:?}, older than acknowledged {floor:?}");
+                }
+                if let Some(seen) = seen {
+                    assert!(written.contains(&seen), "read a render never written: {seen:?}");
+                }
+                reads += 1;
+                tokio::task::yield_now().await;
+            }
+            reads
+        })
+    };
+    let mut writers = Vec::new();
+    for share in order.chunks(order.len().div_ceil(WRITERS)) {
+        let (pages, domain, title, acknowledged, share) =
+            (pages.clone(), domain.clone(), title.clone(), acknowledged.clone(), share.to_vec());
+        writers.push(tokio::spawn(async move {
+            for (id, body) in share {
+                pages.put(&domain, &title, id, &body, &Preconditions::default()).await.expect("write");
+                let mut acked = acknowledged.lock().expect("lock");
+                if acked.is_none_or(|a| id.is_newer_than(&a)) {
+                    *acked = Some(id);
+                }
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    done.store(true, Ordering::SeqCst);
+    let reads = reader.await.expect("reader");
+    assert!(reads > 0);
+
+    let newest = written.iter().copied().reduce(|a, b| if b.is_newer_than(&a) { b } else { a }).expect("history");
+    assert_eq!(
+        pages.latest(&domain, title, &["tid"]).await.expect("latest").map(|f| f.id),
+        Some(newest),
+        "order {:?}",
+        order.iter().map(|(id, _)| id).collect::<Vec<_>>()
+    );
+    for r in 0..REVISIONS {
+        let rev = RevId::new(1000 + r).expect("rev");
+        let newest_of_rev = written.iter().filter(|id| id.rev == rev).max_by_key(|id| id.tid).copied();
+        assert_eq!(pages.of_rev(&domain, title, rev, &["tid"]).await.expect("of_rev").map(|f| f.id), newest_of_rev, "revision {rev}");
+    }
+    for id in &written {
+        assert!(pages.of_tid(&domain, title, id.rev, id.tid, &["tid", "html"]).await.expect("of_tid").is_some(), "render {id:?} lost");
+    }
+}
+
+fn pages_over(store: Store) -> Pages {
+    Pages { store, grace: Duration::from_secs(86_400), hand_off: true, notify_graph: false }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn precedence_holds_in_any_order_embedded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open")));
+    store.migrate(&ALL_TABLES).await.expect("migrate");
+    let pages = pages_over(store);
+    for trial in 0..12 {
+        replay(&pages, &Title::parse(&format!("Trial {trial}"), TitleRules::default()).expect("title")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn precedence_holds_in_any_order_cassandra() {
+    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
+    let keyspace = format!("current_{}", std::process::id());
+    let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
+    let store = Store::new(engine.clone());
+    store.migrate(&ALL_TABLES).await.expect("migrate");
+    let pages = pages_over(store);
+    for trial in 0..6 {
+        replay(&pages, &Title::parse(&format!("Trial {trial}"), TitleRules::default()).expect("title")).await;
+    }
+    engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
+    let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
+    store.migrate(&ALL_TABLES).await.expect("migrate");
+    let pages = Pages { store: store.clone(), grace: Duration::from_secs(3600), hand_off: false, notify_graph: false };
+    let (domain, title) =
+        (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    let now = SystemTime::now();
+    let id = |rev: u64, ago: u64| RenderId { rev: RevId::new(rev).expect("rev"), tid: generator.next_at(now - Duration::from_secs(ago)) };
+    let (r1, r2, r3) = (id(5, 300), id(5, 200), id(6, 100));
+    let put = |rid: RenderId, n: u64| {
+        let (pages, domain, title, body) = (pages.clone(), domain.clone(), title.clone(), common::render(&html[n as usize], n));
+        async move { pages.put(&domain, &title, rid, &body, &Preconditions::default()).await.expect("put") }
+    };
+    let by_tid = |rid: RenderId| {
+        let (pages, domain, title) = (pages.clone(), domain.clone(), title.clone());
+        async move { pages.of_tid(&domain, &title, rid.rev, rid.tid, &["tid"]).await.expect("read").map(|f| f.id) }
+    };
+
+    put(r1, 0).await;
+    put(r2, 1).await; // supersedes r1 now: r1 must stay an hour
+    clock.advance_secs(3000);
+    assert_eq!(by_tid(r1).await, Some(r1), "superseded render gone before the grace period ended");
+    clock.advance_secs(700);
+    assert_eq!(by_tid(r1).await, None, "superseded render kept past the grace period");
+    assert_eq!(by_tid(r2).await, Some(r2), "the latest render never expires");
+
+    put(r3, 2).await; // a new revision supersedes r2, an hour after r2 was written
+    clock.advance_secs(3500);
+    assert_eq!(
+        pages.of_rev(&domain, &title, r2.rev, &["tid"]).await.expect("read").map(|f| f.id),
+        Some(r2),
+        "copy-on-update restarted r2's grace period"
+    );
+    assert_eq!(by_tid(r2).await, Some(r2));
+    clock.advance_secs(200);
+    assert_eq!(pages.of_rev(&domain, &title, r2.rev, &["tid"]).await.expect("read").map(|f| f.id), None);
+    assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r3));
+    // Expired renders also leave the disk.
+    let purged = store.purge_expired().await.expect("purge");
+    assert!(purged.rows >= 6, "{purged:?}");
+}
