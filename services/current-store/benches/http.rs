@@ -13,6 +13,7 @@
 //! 3. the same reads straight from the `Store` in-process (after the service
 //!    stops, on the same data): the ratio of 2 to 3 is the HTTP stack's cost;
 //! 4. writes of new renders at saturation (32 writers), then a precedence check.
+//!
 //! Cassandra uses `$REVSTORE_CASSANDRA` (default 127.0.0.1:9042).
 
 #![allow(clippy::print_stdout)]
