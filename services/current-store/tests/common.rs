@@ -37,12 +37,23 @@ pub fn render(html: &str, n: u64) -> RenderBody {
 pub struct Service {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    pub dir: tempfile::TempDir,
+    done: Option<tokio::task::JoinHandle<()>>,
+    pub dir: Option<tempfile::TempDir>,
 }
 
 impl Service {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// Stops the service and waits until it has shut down (the data directory is free again).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(done) = self.done.take() {
+            done.await.expect("service task");
+        }
     }
 }
 
@@ -57,10 +68,17 @@ impl Drop for Service {
 /// Starts current-store on the embedded engine in a fresh directory.
 pub async fn start(extra: &[&str]) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
+    let mut service = start_in(dir.path(), extra).await;
+    service.dir = Some(dir);
+    service
+}
+
+/// Starts current-store on the embedded engine in `data_dir`.
+pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
     let mut argv = vec![
         "revstore-current-store",
         "--data-dir",
-        dir.path().to_str().expect("utf-8"),
+        data_dir.to_str().expect("utf-8"),
         "--write-tokens",
         TOKEN,
         "--shutdown-delay-secs",
@@ -75,7 +93,7 @@ pub async fn start(extra: &[&str]) -> Service {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
+    let done = tokio::spawn(async move {
         run(args, settings, listener, async move {
             let _ = stopped.await;
         })
@@ -86,7 +104,7 @@ pub async fn start(extra: &[&str]) -> Service {
     let http = reqwest::Client::new();
     for _ in 0..100 {
         if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            return Service { addr, stop: Some(stop), dir };
+            return Service { addr, stop: Some(stop), done: Some(done), dir: None };
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
