@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{TOKEN, anarchism_html, render, start};
+use common::{Engine, TOKEN, anarchism_html, render, start_on};
 use revstore_keys::Tid;
 use serde_json::Value;
 
@@ -26,9 +26,8 @@ async fn problem(r: reqwest::Response, status: u16) -> Value {
     r.json().await.expect("problem")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_render_is_stored_once_and_served_in_every_part() {
-    let s = start(&[]).await;
+async fn a_render_is_stored_once_and_served_in_every_part(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let html = &anarchism_html()[0];
     let tid = Tid::now();
     let created = put(&s, "Anarchism", 18201, tid, &render(html, 1)).await;
@@ -70,9 +69,8 @@ async fn a_render_is_stored_once_and_served_in_every_part() {
     assert!(meta["rendered_at"].as_str().is_some_and(|t| t.ends_with('Z')));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period() {
-    let s = start(&[]).await;
+async fn a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let html = anarchism_html();
     let (t1, t2) = (Tid::now(), Tid::now());
     assert_eq!(put(&s, "Anarchism", 18201, t1, &render(&html[0], 1)).await.status(), 201);
@@ -99,9 +97,8 @@ async fn a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period() 
     assert!(items[1..].iter().all(|i| i["rev"] == 18201 && i["held_in"] == "grace"), "{listed}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preconditions_drop_stale_renders() {
-    let s = start(&[]).await;
+async fn preconditions_drop_stale_renders(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let html = &anarchism_html()[2];
     let t1 = Tid::now();
     assert_eq!(put(&s, "Anarchism", 19749, t1, &render(html, 1)).await.status(), 201);
@@ -135,9 +132,8 @@ async fn preconditions_drop_stale_renders() {
     problem(rerender, 412).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_refused_and_writes_nothing() {
-    let s = start(&[]).await;
+async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let html = &anarchism_html()[3];
     let ok = render(html, 1);
     let tid = Tid::now();
@@ -181,7 +177,7 @@ async fn bad_input_is_refused_and_writes_nothing() {
     problem(garbage, 400).await;
     // Over the body limit (a service with a small one, so the client finishes
     // sending before it reads the early 413).
-    let small = start(&["--body-limit-bytes", "200000"]).await;
+    let small = start_on(engine, &["--body-limit-bytes", "200000"]).await;
     problem(put(&small, "Anarchism", 1, tid, &render(&"x".repeat(300_000), 1)).await, 413).await;
     problem(client().get(small.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send"), 404).await;
     problem(client().put(s.url(&format!("{PAGE}/Anarchism/1/{tid}"))).json(&ok).send().await.expect("send"), 401).await;
@@ -198,9 +194,8 @@ fn future_tid() -> Tid {
     revstore_keys::TidGenerator::new().next_at(std::time::SystemTime::now() + std::time::Duration::from_secs(86_400))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_and_suppress_hide_content() {
-    let s = start(&[]).await;
+async fn delete_and_suppress_hide_content(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let html = anarchism_html();
     let (t1, t2) = (Tid::now(), Tid::now());
     assert_eq!(put(&s, "Anarchism", 20514, t1, &render(&html[3], 1)).await.status(), 201);
@@ -222,9 +217,8 @@ async fn delete_and_suppress_hide_content() {
     assert_eq!(listed["items"], serde_json::json!([]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn titles_with_slashes_and_spaces_are_one_page() {
-    let s = start(&[]).await;
+async fn titles_with_slashes_and_spaces_are_one_page(engine: Engine) {
+    let s = start_on(engine, &[]).await;
     let tid = Tid::now();
     assert_eq!(put(&s, "AC%2FDC%20live", 7, tid, &render("<p>rock</p>", 1)).await.status(), 201);
     for alias in ["AC%2FDC_live", "aC%2FDC%20live"] {
@@ -235,10 +229,9 @@ async fn titles_with_slashes_and_spaces_are_one_page() {
     assert_eq!(meta["title"], "AC/DC_live");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openapi_document_covers_the_contract() {
+async fn the_openapi_document_covers_the_contract(engine: Engine) {
     use http::Method;
-    let s = start(&[]).await;
+    let s = start_on(engine, &[]).await;
     let doc: Value = client().get(s.url("/openapi.json")).send().await.expect("send").json().await.expect("json");
     let contract = [
         (Method::PUT, "/{domain}/v1/page/{title}/{rev}/{tid}"),
@@ -253,3 +246,37 @@ async fn the_openapi_document_covers_the_contract() {
     ];
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
 }
+
+/// Every case above, on each engine: `embedded::…` always, `cassandra::…` when
+/// run with `--ignored` against `REVSTORE_TEST_CASSANDRA` (scripts/test does).
+macro_rules! on_both_engines {
+    ($($case:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Engine::Embedded).await
+                }
+            )*
+        }
+        mod cassandra {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+                async fn $case() {
+                    super::$case(super::Engine::Cassandra).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_engines!(
+    a_render_is_stored_once_and_served_in_every_part,
+    a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period,
+    preconditions_drop_stale_renders,
+    bad_input_is_refused_and_writes_nothing,
+    delete_and_suppress_hide_content,
+    titles_with_slashes_and_spaces_are_one_page,
+    the_openapi_document_covers_the_contract,
+);

@@ -39,6 +39,42 @@ pub struct Service {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
     pub dir: Option<tempfile::TempDir>,
+    /// The Cassandra keyspace to drop when the test ends.
+    keyspace: Option<(String, String)>,
+}
+
+/// The storage engine a test runs current-store on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Embedded,
+    /// The node named by `REVSTORE_TEST_CASSANDRA`, in a keyspace of the test's own.
+    Cassandra,
+}
+
+/// Starts current-store on `engine` with a fresh data directory or keyspace.
+pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
+    match engine {
+        Engine::Embedded => start(extra).await,
+        Engine::Cassandra => {
+            let node =
+                std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA must name the Cassandra node to test against");
+            let keyspace = format!("current_store_{}", &uuid_suffix());
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut args = vec!["--cassandra", node.as_str(), "--keyspace", keyspace.as_str(), "--migrate-on-start", "true"];
+            args.extend_from_slice(extra);
+            let mut service = start_in(dir.path(), &args).await;
+            service.dir = Some(dir);
+            service.keyspace = Some((node.clone(), keyspace));
+            service
+        }
+    }
+}
+
+fn uuid_suffix() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0) & 0xffff_ffff_ffff
+    )
 }
 
 impl Service {
@@ -61,6 +97,25 @@ impl Drop for Service {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some((node, keyspace)) = self.keyspace.take() {
+            // Drop runs on a runtime thread: drop the keyspace from another one.
+            let handle = tokio::runtime::Handle::current();
+            std::thread::spawn(move || {
+                handle.block_on(async {
+                    let engine =
+                        revstore_storage::CassandraEngine::connect(revstore_storage::CassandraOptions::new([node], keyspace.clone()))
+                            .await
+                            .expect("connect");
+                    engine
+                        .session()
+                        .query_unpaged(format!("DROP KEYSPACE IF EXISTS \"{keyspace}\""), ())
+                        .await
+                        .expect("drop the test keyspace");
+                })
+            })
+            .join()
+            .expect("keyspace cleanup");
         }
     }
 }
@@ -100,11 +155,11 @@ pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
         .await
         .expect("current-store runs");
     });
-    // Ready once the schema is in place.
+    // Ready once the schema is in place (seconds on Cassandra).
     let http = reqwest::Client::new();
-    for _ in 0..100 {
+    for _ in 0..1200 {
         if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            return Service { addr, stop: Some(stop), done: Some(done), dir: None };
+            return Service { addr, stop: Some(stop), done: Some(done), dir: None, keyspace: None };
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

@@ -187,3 +187,37 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
     let purged = store.purge_expired().await.expect("purge");
     assert!(purged.rows >= 6, "{purged:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn superseded_renders_stay_for_the_grace_period_cassandra() {
+    // Real time on a real cluster: a grace period of four seconds.
+    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
+    let keyspace = format!("grace_{}", std::process::id());
+    let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
+    let store = Store::new(engine.clone());
+    store.migrate(&ALL_TABLES).await.expect("migrate");
+    let pages = Pages { store, grace: Duration::from_secs(4), hand_off: false, notify_graph: false };
+    let (domain, title) =
+        (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    let now = SystemTime::now();
+    let (r1, r2) = (
+        RenderId { rev: RevId::new(5).expect("rev"), tid: generator.next_at(now - Duration::from_secs(20)) },
+        RenderId { rev: RevId::new(5).expect("rev"), tid: generator.next_at(now - Duration::from_secs(10)) },
+    );
+    for (id, n) in [(r1, 0u64), (r2, 1)] {
+        pages.put(&domain, &title, id, &common::render(&html[n as usize], n), &Preconditions::default()).await.expect("put");
+    }
+    let by_tid = |id: RenderId| {
+        let (pages, domain, title) = (pages.clone(), domain.clone(), title.clone());
+        async move { pages.of_tid(&domain, &title, id.rev, id.tid, &["tid"]).await.expect("read").map(|f| f.id) }
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(by_tid(r1).await, Some(r1), "superseded render gone before the grace period ended");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(by_tid(r1).await, None, "superseded render kept past the grace period");
+    assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r2), "the latest render never expires");
+    engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
+}
