@@ -16,7 +16,6 @@
 // The report on stdout is what this binary is for.
 #![allow(clippy::print_stdout)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,21 +49,7 @@ struct Payloads(Vec<u8>);
 
 impl Payloads {
     fn load() -> Payloads {
-        let root = std::env::var_os("REVSTORE_SHARED_DATA")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
-        let dir = root.join("histories/enwiki_Anarchism.html");
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e} (set REVSTORE_SHARED_DATA)", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "html"))
-            .collect();
-        files.sort();
-        let mut all = Vec::new();
-        for f in files {
-            all.extend(std::fs::read(f).expect("read html"));
-        }
-        Payloads(all)
+        Payloads(revstore_testdata::anarchism_html().concat().into_bytes())
     }
 
     fn value(&self, i: usize, size: usize) -> Vec<u8> {

@@ -18,7 +18,6 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,18 +36,9 @@ fn arg(name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
 
+/// Real page HTML: the "Anarchism" revisions of 30-100 KB.
 fn renders() -> Vec<String> {
-    let root = std::env::var_os("REVSTORE_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
-    let dir = root.join("histories/enwiki_Anarchism.html");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("shared data")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "html"))
-        .collect();
-    files.sort();
-    let all: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).expect("html")).collect();
+    let all = revstore_testdata::anarchism_html();
     let sized: Vec<String> = all.iter().filter(|h| (30_000..=100_000).contains(&h.len())).cloned().collect();
     if sized.is_empty() { all } else { sized }
 }

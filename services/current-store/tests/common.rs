@@ -3,7 +3,6 @@
 #![allow(dead_code, missing_debug_implementations)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use clap::Parser;
 use revstore_current_store::render::RenderBody;
@@ -13,17 +12,7 @@ pub const TOKEN: &str = "current-store-test-token";
 
 /// Revisions of English Wikipedia's "Anarchism" rendered to Parsoid HTML (shared/data).
 pub fn anarchism_html() -> Vec<String> {
-    let root = std::env::var_os("REVSTORE_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
-    let dir = root.join("histories/enwiki_Anarchism.html");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e} (set REVSTORE_SHARED_DATA)", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "html"))
-        .collect();
-    files.sort();
-    files.iter().map(|f| std::fs::read_to_string(f).expect("html")).collect()
+    revstore_testdata::anarchism_html()
 }
 
 pub fn render(html: &str, n: u64) -> RenderBody {
