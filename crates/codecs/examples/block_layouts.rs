@@ -38,7 +38,13 @@ fn main() {
         let revs: Vec<&[u8]> = revisions.iter().map(|r| r.as_bytes()).collect();
         let raw: usize = revs.iter().map(|r| r.len()).sum();
         let row = |layout: String, size: usize, started: Instant| {
-            println!("| {name} ({} revisions, {} KB) | {layout} | {:.2} | {:.0?} |", revs.len(), raw / 1000, 100.0 * size as f64 / raw as f64, started.elapsed());
+            println!(
+                "| {name} ({} revisions, {} KB) | {layout} | {:.2} | {:.0?} |",
+                revs.len(),
+                raw / 1000,
+                100.0 * size as f64 / raw as f64,
+                started.elapsed()
+            );
         };
         let t = Instant::now();
         row("each revision alone, level 3".into(), revs.iter().map(|r| zstd::bulk::compress(r, 3).unwrap().len()).sum(), t);

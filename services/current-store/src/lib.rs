@@ -111,8 +111,12 @@ pub async fn run(
     let titles =
         TitleRules { first_letter: if args.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper } };
     let platform = Platform::new(SERVICE, store.clone(), settings, routes::ApiDoc::openapi());
-    let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
-    platform.spawn_worker("outbox", move |stop| outbox::deliver(store, receivers, stop));
+    if old_store.is_some() || graph.is_some() {
+        let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
+        platform.spawn_worker("outbox", move |stop| outbox::deliver(store, receivers, stop));
+    } else {
+        tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
+    }
     let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
     let router = platform.router(routes::router(state));
     tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
