@@ -19,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderValue, StatusCode, header};
-use revstore_storage::{Store, StoreError};
+use revstore_storage::{EngineKind, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -63,7 +63,8 @@ impl Platform {
             Some(key) => store.with_page_token_key(key.expose().as_bytes()),
             None => store,
         };
-        Platform {
+        let purge_interval = settings.purge_interval;
+        let platform = Platform {
             inner: Arc::new(PlatformInner {
                 service,
                 store,
@@ -73,7 +74,13 @@ impl Platform {
                 stop_workers: CancellationToken::new(),
                 workers: std::sync::Mutex::new(Vec::new()),
             }),
+        };
+        // Cassandra drops expired data in compaction; the embedded engine is told to.
+        if let (Some(interval), EngineKind::Embedded) = (purge_interval, platform.store().kind()) {
+            let store = platform.store().clone();
+            platform.spawn_worker("purge", move |stop| purge_expired_every(store, interval, stop));
         }
+        platform
     }
 
     pub fn service(&self) -> &'static str {
@@ -124,6 +131,32 @@ impl Platform {
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
             .layer(axum::middleware::from_fn_with_state(ObserveState { service: self.inner.service }, observe))
+    }
+}
+
+/// Purges expired rows and tombstones every `interval`, so TTLs free disk space
+/// on the embedded engine while the service runs.
+async fn purge_expired_every(store: Store, interval: Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        match store.purge_expired().await {
+            Ok(stats) => {
+                metrics::counter!("storage_purged_rows_total", "engine" => store.kind().name()).increment(stats.rows);
+                metrics::counter!("storage_purged_tombstones_total", "engine" => store.kind().name()).increment(stats.tombstones);
+                if stats.rows > 0 || stats.tombstones > 0 {
+                    tracing::info!(
+                        rows = stats.rows,
+                        tombstones = stats.tombstones,
+                        bytes_freed = stats.bytes_freed,
+                        "purged expired data"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "purging expired data failed"),
+        }
     }
 }
 

@@ -120,6 +120,10 @@ pub struct CommonArgs {
     /// Then: seconds in-flight requests get to finish before they are cut.
     #[arg(long, env = "REVSTORE_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
     pub drain_timeout_secs: u64,
+
+    /// Embedded engine: seconds between purges of expired data (0: never; the janitor can).
+    #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = 600)]
+    pub purge_interval_secs: u64,
 }
 
 fn parse_consistency(s: &str) -> Result<Consistency, String> {
@@ -145,6 +149,8 @@ pub struct ServiceSettings {
     pub body_limit: usize,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
+    /// Embedded engine only: how often expired data is purged (`None`: never).
+    pub purge_interval: Option<Duration>,
 }
 
 /// A setting that cannot be used, said so that the operator can fix it.
@@ -207,6 +213,7 @@ impl CommonArgs {
             body_limit: self.body_limit_bytes,
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),
+            purge_interval: (self.purge_interval_secs > 0).then(|| Duration::from_secs(self.purge_interval_secs)),
         })
     }
 }

@@ -371,6 +371,30 @@ async fn metrics_are_labelled_by_route_template() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_data_is_purged_in_the_background() {
+    let s = start(&["--purge-interval-secs", "1"], true, None).await;
+    let store = Store::new(s.engine.clone());
+    for i in 0..10 {
+        store
+            .write(Upsert::new(&ITEMS, [Value::from("en.wikipedia.org"), Value::from(format!("short-lived-{i}"))]).set("value", "x").ttl(1))
+            .await
+            .expect("write");
+    }
+    let purged = || async {
+        let text = reqwest::get(s.url("/metrics")).await.expect("send").text().await.expect("text");
+        text.lines()
+            .filter(|l| l.starts_with("storage_purged_rows_total{"))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()))
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while purged().await < 10.0 {
+        assert!(Instant::now() < deadline, "expired rows were not purged in the background");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trace_id_follows_the_request_to_the_next_service() {
     let downstream = start(&[], true, None).await;
     let upstream = start(&[], true, Some(downstream.url(""))).await;
