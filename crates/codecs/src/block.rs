@@ -211,6 +211,26 @@ impl<'a> BlockReader<'a> {
         self.read(&entry)
     }
 
+    /// Decodes the first `count` entries, streaming the frame and stopping at the
+    /// end of the last one: what a reader of one revision gets for free on the
+    /// way to it, and keeps for the revisions next to it.
+    pub fn read_first(&self, count: usize) -> Result<Vec<(BlockEntry, Vec<u8>)>, CodecError> {
+        let corrupt = |e: io::Error| CodecError::Corrupt { what: "block content", reason: e.to_string() };
+        let entries = self.entries.get(..count).ok_or(CodecError::Corrupt { what: "block", reason: format!("no entry {count}") })?;
+        let mut decoder = zstd::stream::read::Decoder::with_buffer(self.frame).map_err(corrupt)?;
+        decoder.window_log_max(WINDOW_LOG_MAX).map_err(corrupt)?;
+        let mut out = Vec::with_capacity(count);
+        for e in entries {
+            let mut content = vec![0u8; e.len as usize];
+            decoder.read_exact(&mut content).map_err(corrupt)?;
+            if crc32fast::hash(&content) != e.crc32 {
+                return Err(CodecError::ChecksumMismatch { what: "block content" });
+            }
+            out.push((*e, content));
+        }
+        Ok(out)
+    }
+
     /// Decodes every entry at once, for sequential reads and caches.
     pub fn read_all(&self) -> Result<Vec<(BlockEntry, Vec<u8>)>, CodecError> {
         let all = decompress_bounded(self.frame, self.max_decoded, "block content")?;
@@ -267,6 +287,8 @@ mod tests {
         }
         let all = reader.read_all().unwrap();
         assert!(all.iter().zip(&revs).all(|((e, c), (rev, _, content))| e.rev == *rev && c == content));
+        assert_eq!(reader.read_first(7).unwrap(), all[..7].to_vec());
+        assert!(reader.read_first(revs.len() + 1).is_err());
         assert_eq!(reader.read_rev(11, None), Err(CodecError::NoSuchEntry { rev: 11 }));
         assert_eq!(reader.read_rev(10, Some(&[9; 16])), Err(CodecError::NoSuchEntry { rev: 10 }));
     }

@@ -5,6 +5,8 @@
 //!   version, compression, checksum).
 //! - [`block`]: many revisions of one page in one zstd frame, with an index so one
 //!   revision can be decoded without keeping the others.
+//! - [`chain`]: one revision compressed against the one before it, the way
+//!   old-store appends to a block without rewriting it.
 //! - [`page_token`]: opaque, tamper-evident cursors handed to clients.
 //!
 //! Every decoder accepts any byte string and answers with a [`CodecError`]
@@ -12,10 +14,12 @@
 //! `fuzz_smoke` tests run the same entry points on stable Rust in CI.
 
 pub mod block;
+pub mod chain;
 pub mod envelope;
 pub mod page_token;
 
 pub use block::{BlockBuilder, BlockEntry, BlockReader, BlockSettings};
+pub use chain::{decode_chained, encode_chained};
 pub use envelope::{Compression, Envelope};
 pub use page_token::PageTokenCodec;
 

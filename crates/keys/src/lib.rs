@@ -18,7 +18,7 @@ pub mod token;
 
 pub use domain::Domain;
 pub use rev::RevId;
-pub use tid::{Tid, TidGenerator};
+pub use tid::{Tid, TidGenerator, rfc3339};
 pub use title::{FirstLetterCase, Title, TitleRules};
 pub use token::{composite_key_bytes, murmur3_token};
 

@@ -141,8 +141,10 @@ pub mod current_store {
 pub mod old_store {
     use super::*;
 
-    /// One skinny row per archived render, naming the block that holds it. The
-    /// static `rev_count` is the per-title counter blocks are allocated from.
+    /// One skinny row per archived render, naming the block and the slot (the
+    /// append position in the title's history) that hold it. The statics are
+    /// the per-title allocation state, advanced only by a lightweight
+    /// transaction on `rev_count`: the seed's counter, the number of slots taken.
     pub static ARCHIVE_META: TableDef = TableDef {
         name: "archive_meta",
         columns: &[
@@ -151,24 +153,34 @@ pub mod old_store {
             C::clustering("rev", BigInt, Order::Asc),
             C::clustering("tid", TimeUuid, Order::Asc),
             C::statik("rev_count", BigInt),
+            C::statik("open_block", BigInt),
+            C::statik("open_block_revisions", BigInt),
+            C::statik("open_block_bytes", BigInt),
+            C::statik("last_tid", TimeUuid),
             C::regular("block", BigInt),
+            C::regular("slot", BigInt),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
         comment: "which compression block holds each archived render (seed 002)",
     };
 
-    /// Compression blocks. A sealed block is the static `sealed` blob; while a
-    /// block is open, its renders are clustering rows compressed one by one.
+    /// Compression blocks, one partition each. Appended revisions are rows,
+    /// each compressed against the previous slot (the `chain` codec); a
+    /// compaction rewrites the rows up to `compacted_through` as one zstd frame
+    /// in the static `sealed` and drops them with one range delete.
     pub static ARCHIVE_BLOCKS: TableDef = TableDef {
         name: "archive_blocks",
         columns: &[
             C::partition("domain", Text),
             C::partition("title", Text),
             C::partition("block", BigInt),
-            C::clustering("rev", BigInt, Order::Asc),
+            C::clustering("slot", BigInt, Order::Asc),
             C::clustering("tid", TimeUuid, Order::Asc),
             C::statik("sealed", Blob),
+            C::statik("compacted_through", BigInt),
+            C::statik("compacted_level", BigInt),
+            C::regular("rev", BigInt),
             C::regular("content", Blob),
         ],
         default_ttl: None,
@@ -176,7 +188,21 @@ pub mod old_store {
         comment: "multi-revision zstd compression blocks (seed 002)",
     };
 
-    pub static TABLES: [&TableDef; 2] = [&ARCHIVE_META, &ARCHIVE_BLOCKS];
+    /// Revisions hidden by current-store's suppression: never served again.
+    pub static ARCHIVE_SUPPRESSED: TableDef = TableDef {
+        name: "archive_suppressed",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::clustering("rev", BigInt, Order::Asc),
+            C::regular("suppressed_at", Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "archived revisions that must not be served (suppression)",
+    };
+
+    pub static TABLES: [&TableDef; 3] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_SUPPRESSED];
 }
 
 /// dependency-graph: seed 004, adjacency lists in both directions.
@@ -263,7 +289,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 13] = [
+pub static ALL_TABLES: [&TableDef; 14] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -273,6 +299,7 @@ pub static ALL_TABLES: [&TableDef; 13] = [
     &current_store::OUTBOX,
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,
+    &old_store::ARCHIVE_SUPPRESSED,
     &dependency_graph::DEPENDENCIES,
     &dependency_graph::BY_PARENT,
     &janitor::CHECKPOINTS,

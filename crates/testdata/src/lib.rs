@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod service;
+
 /// The `shared/data` directory.
 pub fn shared_data() -> PathBuf {
     std::env::var_os("REVSTORE_SHARED_DATA")
@@ -12,14 +14,17 @@ pub fn shared_data() -> PathBuf {
 }
 
 /// The revisions of a page history in `histories/<name>`, oldest first, each
-/// file ending in `.<extension>`. Panics, naming the directory, when the data
+/// file ending in `.<extension>` (an empty extension: files without one). Panics, naming the directory, when the data
 /// is not there: a test that needs it cannot say anything without it.
 pub fn history(name: &str, extension: &str) -> Vec<String> {
     let dir = shared_data().join("histories").join(name);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e} (set REVSTORE_SHARED_DATA to the shared/data directory)", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == extension))
+        .filter(|p| match p.extension() {
+            Some(x) => x == extension,
+            None => extension.is_empty(),
+        })
         .collect();
     files.sort();
     files.iter().map(|f| std::fs::read_to_string(f).unwrap_or_else(|e| panic!("cannot read {}: {e}", f.display()))).collect()

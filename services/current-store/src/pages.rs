@@ -89,30 +89,8 @@ fn render_id(row: &Row) -> Result<RenderId, ApiError> {
     }
 }
 
-fn rfc3339(time: SystemTime) -> String {
-    httpdate_rfc3339(time)
-}
-
-/// RFC 3339 in UTC with microseconds, without a date library.
-fn httpdate_rfc3339(time: SystemTime) -> String {
-    let micros = time.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0);
-    let secs = micros.div_euclid(1_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z", rem / 3600, (rem % 3600) / 60, rem % 60, micros.rem_euclid(1_000_000))
-}
-
 pub fn rendered_at(tid: Tid) -> String {
-    rfc3339(tid.time())
+    revstore_keys::rfc3339(tid.time())
 }
 
 impl Pages {
@@ -397,8 +375,8 @@ mod tests {
 
     #[test]
     fn timestamps_are_rfc3339_utc() {
-        assert_eq!(httpdate_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(httpdate_rfc3339(UNIX_EPOCH + Duration::from_micros(1_764_494_400_123_456)), "2025-11-30T09:20:00.123456Z");
-        assert_eq!(httpdate_rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(revstore_keys::rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(revstore_keys::rfc3339(UNIX_EPOCH + Duration::from_micros(1_764_494_400_123_456)), "2025-11-30T09:20:00.123456Z");
+        assert_eq!(revstore_keys::rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000Z");
     }
 }

@@ -247,31 +247,7 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
 }
 
-/// Every case above, on each engine: `embedded::…` always, `cassandra::…` when
-/// run with `--ignored` against `REVSTORE_TEST_CASSANDRA` (scripts/test does).
-macro_rules! on_both_engines {
-    ($($case:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Engine::Embedded).await
-                }
-            )*
-        }
-        mod cassandra {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
-                async fn $case() {
-                    super::$case(super::Engine::Cassandra).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_engines!(
+revstore_testdata::on_both_engines!(
     a_render_is_stored_once_and_served_in_every_part,
     a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period,
     preconditions_drop_stale_renders,

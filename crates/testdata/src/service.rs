@@ -1,0 +1,169 @@
+//! A revstore service started in-process for a test: on port 0, on the
+//! embedded engine in a fresh directory or on the Cassandra node named by
+//! `REVSTORE_TEST_CASSANDRA` in a keyspace of its own (dropped afterwards).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The storage engine a test runs a service on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Embedded,
+    /// The node named by `REVSTORE_TEST_CASSANDRA`, in a keyspace of the test's own.
+    Cassandra,
+}
+
+/// Resolves when the test stops the service.
+pub type StopSignal = tokio::sync::oneshot::Receiver<()>;
+
+/// A running service.
+#[derive(Debug)]
+pub struct Service {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+    pub dir: Option<tempfile::TempDir>,
+    /// The Cassandra keyspace to drop when the test ends.
+    keyspace: Option<(String, String)>,
+}
+
+/// How a test starts one service: its command line (program name first) and
+/// where to listen; it returns the task serving until the stop signal.
+pub trait Launcher: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()> {}
+impl<F: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()>> Launcher for F {}
+
+/// Spawns `serve` (a service's `run`, fed a stop signal) as the task of a [`Launcher`].
+pub fn spawn_service<Fut>(serve: Fut) -> tokio::task::JoinHandle<()>
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(serve)
+}
+
+/// Starts a service on `engine` with a fresh data directory or keyspace.
+pub async fn start_on(engine: Engine, program: &str, token: &str, extra: &[&str], launch: impl Launcher) -> Service {
+    match engine {
+        Engine::Embedded => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut service = start_in(dir.path(), program, token, extra, launch).await;
+            service.dir = Some(dir);
+            service
+        }
+        Engine::Cassandra => {
+            let node =
+                std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA must name the Cassandra node to test against");
+            let keyspace = format!("{}_{}", program.trim_start_matches("revstore-").replace('-', "_"), unique_suffix());
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut args = vec!["--cassandra", node.as_str(), "--keyspace", keyspace.as_str(), "--migrate-on-start", "true"];
+            args.extend_from_slice(extra);
+            let mut service = start_in(dir.path(), program, token, &args, launch).await;
+            service.dir = Some(dir);
+            service.keyspace = Some((node.clone(), keyspace));
+            service
+        }
+    }
+}
+
+fn unique_suffix() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0) & 0xffff_ffff_ffff
+    )
+}
+
+/// Starts a service on the embedded engine in `data_dir` (or, with
+/// `--cassandra` among `extra`, on Cassandra) and waits until it is ready.
+pub async fn start_in(data_dir: &Path, program: &str, token: &str, extra: &[&str], launch: impl Launcher) -> Service {
+    let mut argv: Vec<String> =
+        [program, "--data-dir", data_dir.to_str().expect("utf-8"), "--write-tokens", token, "--shutdown-delay-secs", "0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    if !extra.contains(&"--body-limit-bytes") {
+        argv.extend(["--body-limit-bytes".to_owned(), "4000000".to_owned()]);
+    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = launch(argv, listener, stopped);
+    // Ready once the schema is in place (seconds on Cassandra).
+    let http = reqwest::Client::new();
+    for _ in 0..1200 {
+        if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+            return Service { addr, stop: Some(stop), done: Some(done), dir: None, keyspace: None };
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{program} did not become ready");
+}
+
+impl Service {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Stops the service and waits until it has shut down (the data directory is free again).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(done) = self.done.take() {
+            done.await.expect("service task");
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some((node, keyspace)) = self.keyspace.take() {
+            // Drop runs on a runtime thread: drop the keyspace from another one.
+            let handle = tokio::runtime::Handle::current();
+            std::thread::spawn(move || {
+                handle.block_on(async {
+                    let engine =
+                        revstore_storage::CassandraEngine::connect(revstore_storage::CassandraOptions::new([node], keyspace.clone()))
+                            .await
+                            .expect("connect");
+                    engine
+                        .session()
+                        .query_unpaged(format!("DROP KEYSPACE IF EXISTS \"{keyspace}\""), ())
+                        .await
+                        .expect("drop the test keyspace");
+                })
+            })
+            .join()
+            .expect("keyspace cleanup");
+        }
+    }
+}
+
+/// Runs each named async test case (`async fn case(engine: Engine)`) on each
+/// engine: `embedded::case` always, `cassandra::case` when run with `--ignored`
+/// against `REVSTORE_TEST_CASSANDRA` (scripts/test does).
+#[macro_export]
+macro_rules! on_both_engines {
+    ($($case:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::service::Engine::Embedded).await
+                }
+            )*
+        }
+        mod cassandra {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+                async fn $case() {
+                    super::$case($crate::service::Engine::Cassandra).await
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,666 @@
+//! The archive: how a render is appended to its title's open block, how a
+//! revision is found and decoded again, and how blocks are compacted.
+//!
+//! # Layout (seed 002, `docs/design/old-store-blocks.md`)
+//! - `archive_meta` (one partition per title): a skinny row per render,
+//!   `rev | tid → block, slot`, and static allocation state. A *slot* is the
+//!   append position in the title's history; slots are taken one at a time by a
+//!   lightweight transaction on the static `rev_count`, so replicas writing the
+//!   same title never take the same one.
+//! - `archive_blocks` (one partition per block): each appended render is a row
+//!   at its slot, compressed against the slot before it (the `chain` codec);
+//!   compaction rewrites the rows as one long-window zstd frame in the static
+//!   `sealed` and drops them with a single range delete.
+//!
+//! # Write path
+//! Read the title's state; apply the update policy; compress the render against
+//! the previous slot; write the content row; then take the slot with a
+//! conditional batch that also writes the metadata row. The content is written
+//! first so that a committed slot always has its row; a writer that loses the
+//! race leaves a row nobody points at, which readers ignore and the next
+//! compaction removes.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use revstore_codecs::{BlockBuilder, BlockReader, BlockSettings, CodecError, decode_chained, encode_chained};
+use revstore_keys::{Domain, RevId, Tid, Title};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED};
+use revstore_service::ApiError;
+use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
+
+use crate::compactor::Compactor;
+
+/// zstd level of a render appended to an open block: fast, since every write pays it.
+pub const APPEND_LEVEL: i32 = 3;
+/// zstd level of the compactions that keep an open block's chain short.
+pub const GROWTH_LEVEL: i32 = 12;
+/// How often a writer retries after losing a slot to a concurrent writer.
+const MAX_SLOT_ATTEMPTS: usize = 64;
+/// The largest decoded block a reader accepts (corrupt or hostile lengths).
+const MAX_DECODED: usize = 1 << 30;
+
+/// Which renders of a title are kept (seed 002's two update strategies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdatePolicy {
+    /// The first render archived for each revision; later ones are skipped.
+    FirstRenderPerRevision,
+    /// At most one render per interval per title, by render time.
+    OnePer(Duration),
+}
+
+impl FromStr for UpdatePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "first-render" {
+            return Ok(UpdatePolicy::FirstRenderPerRevision);
+        }
+        let seconds = s.strip_prefix("one-per:").and_then(|n| n.parse::<u64>().ok()).filter(|&n| n > 0);
+        match seconds {
+            Some(n) => Ok(UpdatePolicy::OnePer(Duration::from_secs(n))),
+            None => Err(format!("update policy {s:?}: expected \"first-render\" or \"one-per:<seconds>\"")),
+        }
+    }
+}
+
+/// When the open block of a title is sealed and a new one opened.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockLimits {
+    pub max_revisions: u64,
+    /// Raw (decoded) bytes: pages whose revisions are megabytes each get few
+    /// revisions per block, small pages many.
+    pub max_bytes: u64,
+}
+
+/// What an archive write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchiveOutcome {
+    Stored,
+    /// This very render was already archived (the write is idempotent).
+    AlreadyStored,
+    Skipped(&'static str),
+}
+
+/// One partition of `archive_blocks`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub domain: String,
+    pub title: String,
+    pub block: i64,
+}
+
+impl BlockKey {
+    /// The partition key of the block in `archive_blocks`.
+    pub fn partition_values(&self) -> [Value; 3] {
+        [Value::from(self.domain.as_str()), Value::from(self.title.as_str()), Value::from(self.block)]
+    }
+}
+
+impl std::fmt::Display for BlockKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} block {}", self.domain, self.title, self.block)
+    }
+}
+
+/// One decoded render of a block.
+#[derive(Debug)]
+pub struct DecodedEntry {
+    pub slot: i64,
+    pub rev: u64,
+    pub tid: Tid,
+    pub content: Vec<u8>,
+}
+
+/// The decoded renders of a block, from its first slot, contiguous. Committed
+/// slots never change, so a decoded prefix stays valid; it only grows.
+#[derive(Debug, Default)]
+pub struct DecodedBlock {
+    pub entries: Vec<Arc<DecodedEntry>>,
+    /// Whether the whole block (as far as it was committed) was decoded.
+    pub complete: bool,
+}
+
+impl DecodedBlock {
+    pub fn get(&self, slot: i64) -> Option<&Arc<DecodedEntry>> {
+        let first = self.entries.first()?.slot;
+        usize::try_from(slot - first).ok().and_then(|i| self.entries.get(i))
+    }
+
+    fn raw_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.content.len() as u64).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BlockWeighter;
+
+impl quick_cache::Weighter<BlockKey, Arc<DecodedBlock>> for BlockWeighter {
+    fn weight(&self, _: &BlockKey, block: &Arc<DecodedBlock>) -> u64 {
+        block.raw_bytes().max(1)
+    }
+}
+
+type BlockCache = quick_cache::sync::Cache<BlockKey, Arc<DecodedBlock>, BlockWeighter>;
+
+/// Where a render is: its metadata row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    pub rev: u64,
+    pub tid: Tid,
+    pub block: i64,
+    pub slot: i64,
+}
+
+/// The per-title allocation state (the statics of `archive_meta`).
+#[derive(Debug, Clone, Copy, Default)]
+struct TitleState {
+    /// Slots taken so far; `None` before the first write (the condition then is "unset").
+    rev_count: Option<i64>,
+    open_block: i64,
+    open_block_revisions: i64,
+    open_block_bytes: i64,
+    last_tid: Option<Tid>,
+}
+
+impl TitleState {
+    fn from_statics(statics: Option<&Row>) -> Self {
+        let Some(s) = statics else { return TitleState::default() };
+        TitleState {
+            rev_count: s.bigint("rev_count"),
+            open_block: s.bigint("open_block").unwrap_or(0),
+            open_block_revisions: s.bigint("open_block_revisions").unwrap_or(0),
+            open_block_bytes: s.bigint("open_block_bytes").unwrap_or(0),
+            last_tid: s.timeuuid("last_tid").and_then(|u| Tid::from_uuid(u).ok()),
+        }
+    }
+}
+
+/// The archive of one old-store process. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Archive {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    policy: UpdatePolicy,
+    limits: BlockLimits,
+    seal_level: i32,
+    cache: BlockCache,
+    compactor: Compactor,
+}
+
+/// How an archive is set up.
+#[derive(Debug, Clone)]
+pub struct ArchiveSettings {
+    pub policy: UpdatePolicy,
+    pub limits: BlockLimits,
+    /// zstd level of a block's final compaction (sealed, or quiet for `settle`).
+    pub seal_level: i32,
+    /// Bytes of decoded blocks kept in memory.
+    pub cache_bytes: u64,
+    /// How long a title's open block must go without writes before it is
+    /// compacted at the seal level.
+    pub settle: Duration,
+}
+
+fn key_values(domain: &Domain, title: &Title) -> [Value; 2] {
+    [Value::from(domain.as_str()), Value::from(title.as_str())]
+}
+
+fn integrity(key: &BlockKey, what: impl std::fmt::Display) -> ApiError {
+    metrics::counter!("old_store_integrity_errors_total").increment(1);
+    tracing::error!(block = %key, error = %what, "archive integrity error");
+    ApiError::internal(format!("integrity error in {key}: {what}"))
+}
+
+fn tid_value(row: &Row, column: &str) -> Option<Tid> {
+    row.timeuuid(column).and_then(|u| Tid::from_uuid(u).ok())
+}
+
+impl Archive {
+    pub fn new(store: Store, settings: ArchiveSettings) -> Self {
+        let cache = BlockCache::with_weighter(
+            // quick_cache sizes its shards from an estimate of the item count.
+            (settings.cache_bytes / (256 * 1024)).max(16) as usize,
+            settings.cache_bytes.max(1),
+            BlockWeighter,
+        );
+        let compactor = Compactor::new(settings.settle);
+        Archive {
+            inner: Arc::new(Inner {
+                store,
+                policy: settings.policy,
+                limits: settings.limits,
+                seal_level: settings.seal_level,
+                cache,
+                compactor,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn compactor(&self) -> &Compactor {
+        &self.inner.compactor
+    }
+
+    pub fn seal_level(&self) -> i32 {
+        self.inner.seal_level
+    }
+
+    // ---- writes ----------------------------------------------------------
+
+    /// Archives one render (its encoded entry). Idempotent; race-free against
+    /// other replicas writing the same title.
+    pub async fn archive(&self, domain: &Domain, title: &Title, rev: RevId, tid: Tid, entry: Vec<u8>) -> Result<ArchiveOutcome, ApiError> {
+        if self.is_suppressed(domain, title, rev).await? {
+            return Ok(ArchiveOutcome::Skipped("the revision is suppressed"));
+        }
+        let entry_len = entry.len() as i64;
+        let entry = Arc::new(entry);
+        for attempt in 0..MAX_SLOT_ATTEMPTS {
+            let page = self
+                .inner
+                .store
+                .read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(Slice::prefix([Value::from(rev.as_i64())])).limit(64))
+                .await?;
+            if page.rows.iter().any(|r| tid_value(r, "tid") == Some(tid)) {
+                return Ok(ArchiveOutcome::AlreadyStored);
+            }
+            let state = TitleState::from_statics(page.statics.as_ref());
+            match self.inner.policy {
+                UpdatePolicy::FirstRenderPerRevision if !page.rows.is_empty() => {
+                    return Ok(ArchiveOutcome::Skipped("the revision already has an archived render"));
+                }
+                UpdatePolicy::OnePer(interval) => {
+                    if let Some(last) = state.last_tid {
+                        let apart = tid.time().duration_since(last.time()).or_else(|e| Ok::<_, ()>(e.duration())).unwrap_or_default();
+                        if apart < interval {
+                            return Ok(ArchiveOutcome::Skipped("a render of the title was archived within the policy's interval"));
+                        }
+                    }
+                }
+                UpdatePolicy::FirstRenderPerRevision => {}
+            }
+
+            // Where the render goes: the open block, or a new one when it is full.
+            let slot = state.rev_count.unwrap_or(0);
+            let limits = self.inner.limits;
+            let full = state.open_block_revisions as u64 >= limits.max_revisions
+                || (state.open_block_revisions > 0 && (state.open_block_bytes + entry_len) as u64 > limits.max_bytes);
+            let (block, revisions, bytes) = match state.rev_count {
+                None => (0, 1, entry_len),
+                Some(_) if full => (state.open_block + 1, 1, entry_len),
+                Some(_) => (state.open_block, state.open_block_revisions + 1, state.open_block_bytes + entry_len),
+            };
+            let key = BlockKey { domain: domain.as_str().to_owned(), title: title.as_str().to_owned(), block };
+            let previous = if revisions > 1 { Some(self.entry_at(&key, slot - 1, slot).await?) } else { None };
+
+            let link = {
+                let entry = entry.clone();
+                let previous = previous.clone();
+                tokio::task::spawn_blocking(move || encode_chained(previous.as_ref().map(|p| &p.content[..]), &entry, APPEND_LEVEL))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(|e| ApiError::payload_too_large(e.to_string()))?
+            };
+            self.inner
+                .store
+                .write(
+                    Upsert::new(&ARCHIVE_BLOCKS, key.partition_values().into_iter().chain([Value::from(slot), Value::from(tid)]))
+                        .set("rev", rev.as_i64())
+                        .set("content", link),
+                )
+                .await?;
+            let last_tid = match state.last_tid {
+                Some(last) if last.time() > tid.time() => last,
+                _ => tid,
+            };
+            let [d, t] = key_values(domain, title);
+            let cas = Cas {
+                table: &ARCHIVE_META,
+                partition: vec![d.clone(), t.clone()],
+                clustering: None,
+                condition: Condition::Equals(vec![("rev_count", state.rev_count.map_or(Value::Null, Value::from))]),
+                writes: vec![
+                    Write::Upsert(
+                        Upsert::new(&ARCHIVE_META, [d.clone(), t.clone()])
+                            .set("rev_count", slot + 1)
+                            .set("open_block", block)
+                            .set("open_block_revisions", revisions)
+                            .set("open_block_bytes", bytes)
+                            .set("last_tid", last_tid),
+                    ),
+                    Write::Upsert(
+                        Upsert::new(&ARCHIVE_META, [d, t, Value::from(rev.as_i64()), Value::from(tid)])
+                            .set("block", block)
+                            .set("slot", slot),
+                    ),
+                ],
+            };
+            if !self.inner.store.cas(cas).await?.applied {
+                metrics::counter!("old_store_slot_conflicts_total").increment(1);
+                // Another writer took the slot: back off a little (jittered) and start over.
+                let pause = Duration::from_micros(200 * (attempt as u64 + 1) + u64::from(rand_jitter()));
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            let added = Arc::new(DecodedEntry { slot, rev: rev.get(), tid, content: Arc::unwrap_or_clone(entry) });
+            self.remember_append(&key, previous, added);
+            self.schedule_after_append(key, state, block, revisions);
+            return Ok(ArchiveOutcome::Stored);
+        }
+        Err(ApiError::unavailable(format!("{title}: too many concurrent writers, try again")))
+    }
+
+    /// Keeps the cache's copy of the open block in step with an append.
+    fn remember_append(&self, key: &BlockKey, previous: Option<Arc<DecodedEntry>>, added: Arc<DecodedEntry>) {
+        let cached = self.inner.cache.get(key);
+        let mut entries = match (&cached, &previous) {
+            (Some(block), Some(prev)) if block.entries.last().map(|e| e.slot) == Some(prev.slot) => block.entries.clone(),
+            (_, None) => Vec::new(),
+            _ => return,
+        };
+        entries.push(added);
+        self.inner.cache.insert(key.clone(), Arc::new(DecodedBlock { entries, complete: true }));
+    }
+
+    fn schedule_after_append(&self, key: BlockKey, before: TitleState, block: i64, revisions: i64) {
+        let compactor = &self.inner.compactor;
+        // The block the title just left is full: compact it for good.
+        if before.rev_count.is_some() && block != before.open_block {
+            compactor.schedule_now(BlockKey { block: before.open_block, ..key.clone() }, self.inner.seal_level);
+        }
+        // Keep the chain of the open block at most as long as its compacted part:
+        // each render is recompressed about twice over the block's life (linear).
+        if revisions >= 4 && (revisions as u64).is_power_of_two() {
+            compactor.schedule_now(key.clone(), GROWTH_LEVEL);
+        }
+        compactor.schedule_settle(key, self.inner.seal_level);
+    }
+
+    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ApiError> {
+        let [d, t] = key_values(domain, title);
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        self.inner
+            .store
+            .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set("suppressed_at", Value::Timestamp(now)))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ApiError> {
+        let [d, t] = key_values(domain, title);
+        Ok(self.inner.store.get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
+    }
+
+    // ---- reads -----------------------------------------------------------
+
+    /// The metadata row of a render: the given tid, or the revision's first render.
+    pub async fn locate(&self, domain: &Domain, title: &Title, rev: RevId, tid: Option<Tid>) -> Result<Option<Located>, ApiError> {
+        let mut prefix = vec![Value::from(rev.as_i64())];
+        prefix.extend(tid.map(Value::from));
+        let page =
+            self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(Slice::prefix(prefix)).limit(1)).await?;
+        Ok(page.rows.first().and_then(located))
+    }
+
+    /// The decoded entry of a located render.
+    pub async fn content(&self, domain: &Domain, title: &Title, at: &Located) -> Result<Arc<DecodedEntry>, ApiError> {
+        let key = BlockKey { domain: domain.as_str().to_owned(), title: title.as_str().to_owned(), block: at.block };
+        let entry = self.entry_at(&key, at.slot, at.slot + 1).await?;
+        if entry.tid != at.tid || entry.rev != at.rev {
+            return Err(integrity(
+                &key,
+                format!("slot {} holds rev {} tid {}, metadata says rev {} tid {}", at.slot, entry.rev, entry.tid, at.rev, at.tid),
+            ));
+        }
+        Ok(entry)
+    }
+
+    /// The entry at `slot` of a block; `committed` is a bound below which every
+    /// slot is known to be taken (the caller read it from a metadata row or the
+    /// title's counter).
+    async fn entry_at(&self, key: &BlockKey, slot: i64, committed: i64) -> Result<Arc<DecodedEntry>, ApiError> {
+        let cached = self.inner.cache.get(key);
+        if let Some(entry) = cached.as_ref().and_then(|b| b.get(slot)) {
+            metrics::counter!("old_store_block_cache_total", "result" => "hit").increment(1);
+            return Ok(entry.clone());
+        }
+        metrics::counter!("old_store_block_cache_total", "result" => "miss").increment(1);
+        // A second miss on a block means its reader is walking it: decode it all.
+        let upto = if cached.is_some() { None } else { Some(slot) };
+        let decoded = Arc::new(self.decode_block(key, upto, committed).await?);
+        let entry = decoded.get(slot).cloned().ok_or_else(|| integrity(key, format!("slot {slot} is missing")))?;
+        let keep = cached.is_none_or(|c| c.entries.len() < decoded.entries.len());
+        if keep {
+            self.inner.cache.insert(key.clone(), decoded);
+        }
+        Ok(entry)
+    }
+
+    /// Reads a block partition and decodes it: the compacted frame (only as far
+    /// as needed), then the chain of appended rows after it.
+    pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ApiError> {
+        let mut query = ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values());
+        if let Some(upto) = upto {
+            query = query.slice(Slice::all().upper(Bound::Included(Value::from(upto))));
+        }
+        let page = self.inner.store.read(&query).await?;
+        let through = page.statics.as_ref().and_then(|s| s.bigint("compacted_through"));
+        let sealed = page.statics.as_ref().and_then(|s| s.blob("sealed")).map(<[u8]>::to_vec);
+
+        // The rows after the compacted part, one per slot below `committed`.
+        let mut by_slot: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
+        for row in &page.rows {
+            let Some(slot) = row.bigint("slot") else { continue };
+            if through.is_none_or(|t| slot > t) && slot < committed {
+                by_slot.entry(slot).or_default().push(row);
+            }
+        }
+        let mut chain = Vec::with_capacity(by_slot.len());
+        for (slot, rows) in by_slot {
+            let row = if rows.len() == 1 { rows[0] } else { self.committed_row(key, slot, &rows).await? };
+            let (Some(rev), Some(tid), Some(content)) = (row.bigint("rev"), tid_value(row, "tid"), row.blob("content")) else {
+                return Err(integrity(key, format!("slot {slot} row is incomplete")));
+            };
+            chain.push((slot, rev as u64, tid, content.to_vec()));
+        }
+        let key_for_errors = key.clone();
+        tokio::task::spawn_blocking(move || decode(sealed, through, upto, chain))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| integrity(&key_for_errors, e))
+    }
+
+    /// Of several rows at one slot (writers that lost the slot leave theirs),
+    /// the one the metadata points at.
+    async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<&'a Row, ApiError> {
+        for row in rows {
+            let (Some(rev), Some(tid)) = (row.bigint("rev"), row.timeuuid("tid")) else { continue };
+            let meta = self
+                .inner
+                .store
+                .get(
+                    &ARCHIVE_META,
+                    vec![Value::from(key.domain.as_str()), Value::from(key.title.as_str()), Value::from(rev), Value::TimeUuid(tid)],
+                    Some(vec!["block", "slot"]),
+                )
+                .await?;
+            if meta.is_some_and(|m| m.bigint("block") == Some(key.block) && m.bigint("slot") == Some(slot)) {
+                return Ok(row);
+            }
+        }
+        Err(integrity(key, format!("no committed render at slot {slot}")))
+    }
+
+    /// The title's metadata rows in revision order, a page at a time.
+    pub async fn list(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        limit: u32,
+        cursor: Option<String>,
+    ) -> Result<(Vec<Located>, Option<String>), ApiError> {
+        let page = self
+            .inner
+            .store
+            .read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(limit).page_token(cursor).columns(["block", "slot"]))
+            .await?;
+        Ok((page.rows.iter().filter_map(located).collect(), page.next))
+    }
+
+    /// The revisions of a title that are suppressed.
+    pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ApiError> {
+        let page =
+            self.inner.store.read(&ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns(["suppressed_at"])).await?;
+        Ok(page.rows.iter().filter_map(|r| r.bigint("rev")).map(|r| r as u64).collect())
+    }
+
+    // ---- compaction ------------------------------------------------------
+
+    /// Rewrites a block's committed renders as one zstd frame at `level` and
+    /// drops the appended rows it now holds. Safe against concurrent appends
+    /// and compactions: the rewrite is conditional on the block's previous
+    /// compaction state, and only rows up to the new frame's last slot are deleted.
+    pub async fn compact(&self, key: &BlockKey, level: i32) -> Result<CompactionOutcome, ApiError> {
+        let statics = self
+            .inner
+            .store
+            .read(
+                &ReadQuery::new(&ARCHIVE_META, [Value::from(key.domain.as_str()), Value::from(key.title.as_str())])
+                    .limit(1)
+                    .columns(["rev_count"]),
+            )
+            .await?
+            .statics;
+        let committed = statics.and_then(|s| s.bigint("rev_count")).unwrap_or(0);
+        let page = self
+            .inner
+            .store
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns(["compacted_through", "compacted_level"]))
+            .await?;
+        let old_through = page.statics.as_ref().and_then(|s| s.bigint("compacted_through"));
+        let old_level = page.statics.as_ref().and_then(|s| s.bigint("compacted_level"));
+        let pending_rows = page.rows.iter().any(|r| r.bigint("slot").is_some_and(|s| old_through.is_none_or(|t| s > t) && s < committed));
+        if !pending_rows && old_level.is_some_and(|l| l >= i64::from(level)) {
+            return Ok(CompactionOutcome::NothingToDo);
+        }
+        let decoded = self.decode_block(key, None, committed).await?;
+        let Some(last) = decoded.entries.last().map(|e| e.slot) else { return Ok(CompactionOutcome::NothingToDo) };
+        if !pending_rows && old_level.is_some_and(|l| l >= i64::from(level)) {
+            return Ok(CompactionOutcome::NothingToDo);
+        }
+        let raw = decoded.raw_bytes();
+        let decoded = Arc::new(decoded);
+        let frame = {
+            let decoded = decoded.clone();
+            tokio::task::spawn_blocking(move || -> Result<Vec<u8>, CodecError> {
+                let mut builder = BlockBuilder::new(BlockSettings { level, ..BlockSettings::default() });
+                for e in &decoded.entries {
+                    builder.push(e.rev, *e.tid.uuid().as_bytes(), &e.content)?;
+                }
+                builder.finish()
+            })
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| integrity(key, e))?
+        };
+        let stored = frame.len() as u64;
+        let cas = Cas {
+            table: &ARCHIVE_BLOCKS,
+            partition: key.partition_values().to_vec(),
+            clustering: None,
+            condition: Condition::Equals(vec![("compacted_through", old_through.map_or(Value::Null, Value::from))]),
+            writes: vec![
+                Write::Upsert(
+                    Upsert::new(&ARCHIVE_BLOCKS, key.partition_values())
+                        .set("sealed", frame)
+                        .set("compacted_through", last)
+                        .set("compacted_level", i64::from(level)),
+                ),
+                Write::Delete(Delete {
+                    table: &ARCHIVE_BLOCKS,
+                    partition: key.partition_values().to_vec(),
+                    target: DeleteTarget::Range(Slice::all().upper(Bound::Included(Value::from(last)))),
+                    timestamp: None,
+                }),
+            ],
+        };
+        if !self.inner.store.cas(cas).await?.applied {
+            return Ok(CompactionOutcome::LostRace);
+        }
+        if self.inner.cache.get(key).is_none_or(|c| c.entries.len() <= decoded.entries.len()) {
+            self.inner.cache.insert(key.clone(), decoded.clone());
+        }
+        Ok(CompactionOutcome::Compacted { revisions: decoded.entries.len(), raw_bytes: raw, stored_bytes: stored })
+    }
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    Compacted {
+        revisions: usize,
+        raw_bytes: u64,
+        stored_bytes: u64,
+    },
+    NothingToDo,
+    /// Another replica compacted the block first.
+    LostRace,
+}
+
+fn located(row: &Row) -> Option<Located> {
+    Some(Located { rev: row.bigint("rev")? as u64, tid: tid_value(row, "tid")?, block: row.bigint("block")?, slot: row.bigint("slot")? })
+}
+
+/// The CPU part of reading a block: the frame up to `upto` (or all of it),
+/// then each chained row against the content before it.
+fn decode(
+    sealed: Option<Vec<u8>>,
+    through: Option<i64>,
+    upto: Option<i64>,
+    chain: Vec<(i64, u64, Tid, Vec<u8>)>,
+) -> Result<DecodedBlock, String> {
+    let settings = BlockSettings { max_decoded: MAX_DECODED, ..BlockSettings::default() };
+    let mut entries: Vec<Arc<DecodedEntry>> = Vec::new();
+    if let (Some(frame), Some(through)) = (sealed.as_deref(), through) {
+        let reader = BlockReader::parse(frame, &settings).map_err(|e| e.to_string())?;
+        let count = reader.entries().len();
+        let first = through + 1 - count as i64;
+        let wanted = match upto {
+            Some(upto) if upto < through => usize::try_from(upto - first + 1).map_err(|_| format!("slot {upto} precedes the block"))?,
+            _ => count,
+        };
+        for (i, (e, content)) in reader.read_first(wanted).map_err(|e| e.to_string())?.into_iter().enumerate() {
+            let tid = Tid::from_uuid(uuid_from(e.tid)).map_err(|e| e.to_string())?;
+            entries.push(Arc::new(DecodedEntry { slot: first + i as i64, rev: e.rev, tid, content }));
+        }
+    }
+    for (slot, rev, tid, link) in chain {
+        if let Some(last) = entries.last()
+            && slot != last.slot + 1
+        {
+            return Err(format!("slot {} is missing", last.slot + 1));
+        }
+        let content = decode_chained(entries.last().map(|e| &e.content[..]), &link, MAX_DECODED).map_err(|e| e.to_string())?;
+        entries.push(Arc::new(DecodedEntry { slot, rev, tid, content }));
+    }
+    Ok(DecodedBlock { entries, complete: upto.is_none() })
+}
+
+fn uuid_from(bytes: [u8; 16]) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(bytes)
+}
+
+fn rand_jitter() -> u16 {
+    rand::random::<u16>() % 2000
+}

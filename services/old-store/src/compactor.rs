@@ -1,0 +1,144 @@
+//! Background compaction of blocks.
+//!
+//! Appends are cheap (each render compressed against the one before it); the
+//! few-percent ratio comes from rewriting a block as one long-window frame. The
+//! compactor does that off the request path, for three reasons:
+//! - *growth*: the open block's chain reached its compacted size (at 4, 8,
+//!   16… revisions), rewritten at a fast level so reads stay short;
+//! - *seal*: a block is full and will never change again, rewritten at the seal level;
+//! - *settle*: a title has had no archive writes for the settle period, so its
+//!   open block is rewritten at the seal level too.
+//!
+//! The queue lives in memory: after a restart, blocks left uncompacted are
+//! still correct and readable, only larger, until the title's next write or a
+//! janitor pass schedules them again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::archive::{Archive, BlockKey, CompactionOutcome};
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Job {
+    /// A compaction to run as soon as possible, at this level.
+    now: Option<i32>,
+    /// A compaction at this level once the block has been quiet until the instant.
+    settle: Option<(i32, Instant)>,
+}
+
+/// The queue of blocks to compact. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    jobs: Arc<Mutex<HashMap<BlockKey, Job>>>,
+    wake: Arc<Notify>,
+    settle: Duration,
+}
+
+impl Compactor {
+    pub fn new(settle: Duration) -> Self {
+        Compactor { jobs: Arc::default(), wake: Arc::new(Notify::new()), settle }
+    }
+
+    fn update(&self, key: BlockKey, f: impl FnOnce(&mut Job)) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        f(jobs.entry(key).or_default());
+        metrics::gauge!("old_store_compactions_pending").set(jobs.len() as f64);
+        drop(jobs);
+        self.wake.notify_one();
+    }
+
+    pub fn schedule_now(&self, key: BlockKey, level: i32) {
+        self.update(key, |job| job.now = Some(job.now.map_or(level, |l| l.max(level))));
+    }
+
+    /// (Re)starts the block's quiet period.
+    pub fn schedule_settle(&self, key: BlockKey, level: i32) {
+        let due = Instant::now() + self.settle;
+        self.update(key, |job| job.settle = Some((level, due)));
+    }
+
+    /// Blocks waiting for a compaction, quiet periods included.
+    pub fn pending(&self) -> usize {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The next job that is due, removed from the queue; or when to look again.
+    fn take_due(&self) -> Result<(BlockKey, i32), Option<Instant>> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let mut next_due: Option<Instant> = None;
+        let mut chosen = None;
+        for (key, job) in jobs.iter() {
+            if let Some(level) = job.now {
+                chosen = Some((key.clone(), level, true));
+                break;
+            }
+            if let Some((level, due)) = job.settle {
+                if due <= now {
+                    chosen = Some((key.clone(), level, false));
+                } else {
+                    next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                }
+            }
+        }
+        let Some((key, level, urgent)) = chosen else { return Err(next_due) };
+        if let Some(job) = jobs.get_mut(&key) {
+            if urgent {
+                job.now = None;
+            } else {
+                job.settle = None;
+            }
+            if job.now.is_none() && job.settle.is_none() {
+                jobs.remove(&key);
+            }
+        }
+        metrics::gauge!("old_store_compactions_pending").set(jobs.len() as f64);
+        Ok((key, level))
+    }
+
+    /// Runs compactions until `stop` is cancelled.
+    pub async fn run(self, archive: Archive, stop: CancellationToken) {
+        loop {
+            let (key, level) = match self.take_due() {
+                Ok(job) => job,
+                Err(next) => {
+                    let sleep = next.map_or(Duration::from_secs(3600), |n| n.saturating_duration_since(Instant::now()));
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = self.wake.notified() => continue,
+                        _ = tokio::time::sleep(sleep) => continue,
+                    }
+                }
+            };
+            if stop.is_cancelled() {
+                return;
+            }
+            let started = Instant::now();
+            let outcome = archive.compact(&key, level).await;
+            let seconds = started.elapsed().as_secs_f64();
+            metrics::histogram!("old_store_compaction_seconds").record(seconds);
+            match outcome {
+                Ok(CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes }) => {
+                    metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
+                    tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, seconds, "compacted");
+                }
+                Ok(CompactionOutcome::NothingToDo) => {
+                    metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
+                }
+                Ok(CompactionOutcome::LostRace) => {
+                    metrics::counter!("old_store_compactions_total", "outcome" => "lost_race").increment(1);
+                    self.schedule_settle(key, level);
+                }
+                Err(e) => {
+                    metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
+                    tracing::warn!(block = %key, level, error = %e.detail(), "compaction failed; will retry after the settle period");
+                    self.schedule_settle(key, level);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! old-store: every old revision, in compressed multi-revision blocks.
+//!
+//! Revisions of a page repeat each other almost entirely; laid out together in
+//! one long-window zstd block they shrink to a few percent of their size.
+//! old-store appends each archived render to its title's open block without
+//! rewriting it, compacts blocks in the background, and reads any revision back
+//! by decoding its block only as far as that revision.
+//!
+//! # Layout
+//! - [`body`]: the archived render and its byte layout inside a block.
+//! - [`archive`]: the storage model, the write path (race-free slot
+//!   allocation), the read path and compaction.
+//! - [`compactor`]: the background queue of blocks to compact.
+//! - [`routes`]: the HTTP API.
+
+pub mod archive;
+pub mod body;
+pub mod compactor;
+pub mod routes;
+
+use std::time::Duration;
+
+use revstore_keys::{FirstLetterCase, TitleRules};
+use revstore_schema::ALL_TABLES;
+use revstore_service::{CommonArgs, Platform, ServiceSettings};
+use revstore_storage::StorageSettings;
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+
+pub use archive::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
+
+pub const SERVICE: &str = "old-store";
+pub const DEFAULT_PORT: u16 = 8082;
+
+/// old-store's settings: the shared ones and its own.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "revstore-old-store", version, about = "revstore old-store: every old revision, in compressed multi-revision blocks")]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Which renders are kept: `first-render` (the first per revision) or
+    /// `one-per:<seconds>` (at most one per interval per title).
+    #[arg(long, env = "REVSTORE_ARCHIVE_POLICY", default_value = "first-render")]
+    pub archive_policy: UpdatePolicy,
+
+    /// A block is sealed when it holds this many revisions...
+    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub block_max_revisions: u64,
+
+    /// ...or when the next revision would take it past this many raw bytes.
+    #[arg(long, env = "REVSTORE_BLOCK_MAX_BYTES", default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(4096..))]
+    pub block_max_bytes: u64,
+
+    /// zstd level of a block's final compaction (1-22).
+    #[arg(long, env = "REVSTORE_SEAL_LEVEL", default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub seal_level: i32,
+
+    /// Seconds without archive writes after which a title's open block is
+    /// compacted at the seal level.
+    #[arg(long, env = "REVSTORE_SETTLE_SECS", default_value_t = 30)]
+    pub settle_secs: u64,
+
+    /// Megabytes of decoded blocks kept in memory for reads.
+    #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB", default_value_t = 256)]
+    pub block_cache_mb: u64,
+
+    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
+    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
+    pub title_case: String,
+
+    /// Create the schema at start (default: yes on the embedded engine, no on Cassandra).
+    #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
+    pub migrate_on_start: Option<bool>,
+}
+
+impl Args {
+    pub fn archive_settings(&self) -> ArchiveSettings {
+        ArchiveSettings {
+            policy: self.archive_policy,
+            limits: BlockLimits { max_revisions: self.block_max_revisions, max_bytes: self.block_max_bytes },
+            seal_level: self.seal_level,
+            cache_bytes: self.block_cache_mb.saturating_mul(1 << 20),
+            settle: Duration::from_secs(self.settle_secs),
+        }
+    }
+}
+
+/// Runs old-store until `shutdown` resolves.
+pub async fn run(
+    args: Args,
+    settings: ServiceSettings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), BoxError> {
+    let embedded = matches!(settings.storage, StorageSettings::Embedded { .. });
+    let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
+    if args.migrate_on_start.unwrap_or(embedded) {
+        let outcome = store.migrate(&ALL_TABLES).await.map_err(|e| format!("schema migration: {e}"))?;
+        tracing::info!(%outcome, "schema");
+    }
+    let archive = Archive::new(store.clone(), args.archive_settings());
+    let titles =
+        TitleRules { first_letter: if args.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper } };
+    let platform = Platform::new(SERVICE, store, settings, routes::ApiDoc::openapi());
+    {
+        let archive = archive.clone();
+        platform.spawn_worker("compactor", move |stop| archive.compactor().clone().run(archive, stop));
+    }
+    let state = routes::AppState { platform: platform.clone(), archive, titles };
+    let router = platform.router(routes::router(state));
+    tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
+    revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
+}
+
+/// A start-up failure, as a message for the operator.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,345 @@
+//! old-store's HTTP API (the contract in the architecture brief).
+//!
+//! As in current-store, paths of the same shape mean different things at each
+//! position (`/archive/{title}/{rev}/{tid}` to write, `/archive/{part}/{title}/{rev}`
+//! to read), so the router names positions neutrally; the OpenAPI document
+//! gives every route its real parameter names.
+
+use std::collections::{HashSet, VecDeque};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{FromRef, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
+use revstore_service::problem::Problem;
+use revstore_service::{Access, ApiError, Platform, WriteAccess};
+use utoipa::OpenApi;
+
+use crate::archive::{Archive, ArchiveOutcome, Located};
+use crate::body::{ArchiveBody, Part, StoredParts, bundle};
+
+/// How far in the future a render time may lie (clock skew between hosts).
+const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+/// A given render never changes; it can only be hidden, so caches keep it a day.
+const FIXED_CACHE: &str = "max-age=86400";
+const DEFAULT_LIST_LIMIT: u32 = 100;
+const MAX_LIST_LIMIT: u32 = 1000;
+/// Metadata rows fetched per step of a history stream.
+const HISTORY_PAGE: u32 = 256;
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub platform: Platform,
+    pub archive: Archive,
+    pub titles: TitleRules,
+}
+
+impl FromRef<AppState> for Access {
+    fn from_ref(state: &AppState) -> Access {
+        state.platform.access().clone()
+    }
+}
+
+const ARCHIVE: &str = "/{domain}/v1/archive";
+
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}"), get(get_revision).put(put_render))
+        .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render))
+        .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .route(&format!("{ARCHIVE}/revisions/{{title_or_rev}}"), get(list_revisions))
+        .route(&format!("{ARCHIVE}/history/{{title_or_rev}}"), get(history))
+        .with_state(state)
+}
+
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(title = "revstore old-store", description = "Every old revision, in compressed multi-revision blocks, with random access."),
+    paths(put_render, get_revision, get_render, list_revisions, history, suppress_revision),
+    components(schemas(ArchiveBody, ArchiveAnswer, ArchivedRevision, RevisionList, Problem))
+)]
+pub struct ApiDoc;
+
+fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Title), ApiError> {
+    Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
+}
+
+/// A part named in a URL; `None` for the bundle.
+fn part(s: &str) -> Result<Option<Part>, ApiError> {
+    if s == "bundle" {
+        return Ok(None);
+    }
+    Part::ALL
+        .into_iter()
+        .find(|p| p.name() == s)
+        .map(Some)
+        .ok_or_else(|| ApiError::not_found(format!("no part {s:?}: one of html, data-parsoid, section-offsets, wikitext, bundle")))
+}
+
+/// The answer to an archive write.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ArchiveAnswer {
+    pub rev: u64,
+    pub tid: String,
+    /// `"stored"` or `"skipped"`.
+    pub outcome: String,
+    /// Why a render was skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Archive a render; idempotent.
+#[utoipa::path(put, path = "/{domain}/v1/archive/{title}/{rev}/{tid}",
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path), ("tid" = String, Path, description = "version 1 UUID of the render")),
+    request_body = ArchiveBody,
+    responses(
+        (status = 201, description = "stored", body = ArchiveAnswer),
+        (status = 200, description = "already stored, or skipped by the update policy", body = ArchiveAnswer),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 413, body = Problem)),
+    security(("bearer" = [])))]
+async fn put_render(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev, tid)): Path<(String, String, String, String)>,
+    body: Result<Json<ArchiveBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let rev = RevId::parse(&rev)?;
+    let tid = Tid::parse(&tid)?;
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    body.validate()?;
+    if tid.time() > std::time::SystemTime::now() + MAX_CLOCK_SKEW {
+        return Err(ApiError::bad_request(format!("tid {tid} lies in the future ({})", revstore_keys::rfc3339(tid.time()))));
+    }
+    let outcome = state.archive.archive(&domain, &title, rev, tid, body.encode()).await?;
+    let (status, outcome, reason) = match outcome {
+        ArchiveOutcome::Stored => (StatusCode::CREATED, "stored", None),
+        ArchiveOutcome::AlreadyStored => (StatusCode::OK, "stored", None),
+        ArchiveOutcome::Skipped(why) => (StatusCode::OK, "skipped", Some(why.to_owned())),
+    };
+    let answer = ArchiveAnswer { rev: rev.get(), tid: tid.to_string(), outcome: outcome.into(), reason };
+    let mut headers = HeaderMap::new();
+    if status == StatusCode::CREATED || answer.reason.is_none() {
+        headers.insert(header::ETAG, etag(rev.get(), tid)?);
+    }
+    Ok((status, headers, Json(answer)).into_response())
+}
+
+fn etag(rev: u64, tid: Tid) -> Result<HeaderValue, ApiError> {
+    HeaderValue::from_str(&format!("\"{rev}/{tid}\"")).map_err(ApiError::internal)
+}
+
+/// Read a revision's first archived render.
+#[utoipa::path(get, path = "/{domain}/v1/archive/{part}/{title}/{rev}",
+    params(("domain" = String, Path), ("part" = String, Path, description = "html, data-parsoid, section-offsets, wikitext or bundle"),
+        ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 200, description = "the part"), (status = 304), (status = 404, body = Problem)))]
+async fn get_revision(
+    State(state): State<AppState>,
+    Path((domain, part_name, title, rev)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    read(&state, &domain, &part_name, &title, &rev, None, &headers).await
+}
+
+/// Read one render of a revision.
+#[utoipa::path(get, path = "/{domain}/v1/archive/{part}/{title}/{rev}/{tid}",
+    params(("domain" = String, Path), ("part" = String, Path), ("title" = String, Path), ("rev" = u64, Path), ("tid" = String, Path)),
+    responses((status = 200, description = "the part"), (status = 304), (status = 404, body = Problem)))]
+async fn get_render(
+    State(state): State<AppState>,
+    Path((domain, part_name, title, rev, tid)): Path<(String, String, String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    read(&state, &domain, &part_name, &title, &rev, Some(&tid), &headers).await
+}
+
+async fn read(
+    state: &AppState,
+    domain: &str,
+    part_name: &str,
+    title: &str,
+    rev: &str,
+    tid: Option<&str>,
+    request: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let part = part(part_name)?;
+    let (domain, title) = page_key(state, domain, title)?;
+    let rev = RevId::parse(rev)?;
+    let tid = tid.map(Tid::parse).transpose()?;
+    let archive = &state.archive;
+    let (suppressed, located) = tokio::join!(archive.is_suppressed(&domain, &title, rev), archive.locate(&domain, &title, rev, tid));
+    let located = match (suppressed?, located?) {
+        (false, Some(l)) => l,
+        _ => {
+            let which = tid.map_or(String::new(), |t| format!(" render {t}"));
+            return Err(ApiError::not_found(format!("revision {rev}{which} of {title} is not archived")));
+        }
+    };
+    let etag = etag(located.rev, located.tid)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ETAG, etag.clone());
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(FIXED_CACHE));
+    if request
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|inm| etag_matches(inm, etag.to_str().unwrap_or_default()))
+    {
+        return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
+    }
+    let entry = archive.content(&domain, &title, &located).await?;
+    let parts = StoredParts::parse(&entry.content).map_err(ApiError::internal)?;
+    let (content_type, body) = match part {
+        Some(part) => {
+            let bytes = parts.get(part).ok_or_else(|| ApiError::not_found(format!("revision {rev} of {title} has no {}", part.name())))?;
+            (part.content_type(), bytes.to_vec())
+        }
+        None => {
+            let b = bundle(located.rev, &located.tid.to_string(), &parts).map_err(ApiError::internal)?;
+            ("application/json; charset=utf-8".to_owned(), serde_json::to_vec(&b).map_err(ApiError::internal)?)
+        }
+    };
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).map_err(ApiError::internal)?);
+    Ok((StatusCode::OK, headers, body).into_response())
+}
+
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.trim() == "*" || if_none_match.split(',').any(|e| e.trim().trim_start_matches("W/") == etag)
+}
+
+/// One archived render in a listing.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ArchivedRevision {
+    pub rev: u64,
+    pub tid: String,
+    pub rendered_at: String,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct RevisionList {
+    pub items: Vec<ArchivedRevision>,
+    pub next: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ListParams {
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+/// The archived renders of a title, in revision order, paged with cursors.
+#[utoipa::path(get, path = "/{domain}/v1/archive/revisions/{title}",
+    params(("domain" = String, Path), ("title" = String, Path),
+        ("limit" = Option<u32>, Query, description = "1-1000, default 100"), ("cursor" = Option<String>, Query)),
+    responses((status = 200, body = RevisionList), (status = 400, body = Problem)))]
+async fn list_revisions(
+    State(state): State<AppState>,
+    Path((domain, title)): Path<(String, String)>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RevisionList>, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit {limit} is not within 1-{MAX_LIST_LIMIT}")));
+    }
+    let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
+    let (rows, next) = state.archive.list(&domain, &title, limit, params.cursor).await?;
+    let items = rows
+        .into_iter()
+        .filter(|l| !hidden.contains(&l.rev))
+        .map(|l| ArchivedRevision { rev: l.rev, tid: l.tid.to_string(), rendered_at: revstore_keys::rfc3339(l.tid.time()) })
+        .collect();
+    Ok(Json(RevisionList { items, next }))
+}
+
+/// Every archived render of a title, as NDJSON: one bundle per line, in
+/// revision order. Streamed: memory stays bounded whatever the history's size.
+#[utoipa::path(get, path = "/{domain}/v1/archive/history/{title}",
+    params(("domain" = String, Path), ("title" = String, Path)),
+    responses((status = 200, description = "application/x-ndjson, one bundle per line"), (status = 400, body = Problem)))]
+async fn history(State(state): State<AppState>, Path((domain, title)): Path<(String, String)>) -> Result<Response, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
+    // Fetch the first page before answering, so an unreachable store is a clean error.
+    let (first, next) = state.archive.list(&domain, &title, HISTORY_PAGE, None).await?;
+    let walk = HistoryWalk { archive: state.archive.clone(), domain, title, hidden, queue: first.into(), next, done: false };
+    let stream = futures_util::stream::unfold(walk, |mut walk| async move {
+        let line = walk.next_line().await?;
+        Some((line, walk))
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok((StatusCode::OK, headers, Body::from_stream(stream)).into_response())
+}
+
+/// The state of a history stream between lines.
+struct HistoryWalk {
+    archive: Archive,
+    domain: Domain,
+    title: Title,
+    hidden: HashSet<u64>,
+    queue: VecDeque<Located>,
+    next: Option<String>,
+    done: bool,
+}
+
+impl HistoryWalk {
+    /// The next line, `None` at the end. An error ends the stream early (the
+    /// status line is already sent): the client sees a truncated body.
+    async fn next_line(&mut self) -> Option<Result<Vec<u8>, std::io::Error>> {
+        if self.done {
+            return None;
+        }
+        let result = self.step().await;
+        match result {
+            Ok(Some(line)) => Some(Ok(line)),
+            Ok(None) => None,
+            Err(e) => {
+                self.done = true;
+                tracing::error!(title = %self.title, error = %e.detail(), "history stream stopped");
+                Some(Err(std::io::Error::other(e.detail().to_owned())))
+            }
+        }
+    }
+
+    async fn step(&mut self) -> Result<Option<Vec<u8>>, ApiError> {
+        loop {
+            if self.queue.is_empty() {
+                let Some(cursor) = self.next.take() else { return Ok(None) };
+                let (rows, next) = self.archive.list(&self.domain, &self.title, HISTORY_PAGE, Some(cursor)).await?;
+                self.queue = rows.into();
+                self.next = next;
+                continue;
+            }
+            let Some(at) = self.queue.pop_front() else { continue };
+            if self.hidden.contains(&at.rev) {
+                continue;
+            }
+            let entry = self.archive.content(&self.domain, &self.title, &at).await?;
+            let parts = StoredParts::parse(&entry.content).map_err(ApiError::internal)?;
+            let b = bundle(at.rev, &at.tid.to_string(), &parts).map_err(ApiError::internal)?;
+            let mut line = serde_json::to_vec(&b).map_err(ApiError::internal)?;
+            line.push(b'\n');
+            return Ok(Some(line));
+        }
+    }
+}
+
+/// Hide a revision: never served again (forwarded by current-store's suppression).
+#[utoipa::path(post, path = "/{domain}/v1/archive/{title}/{rev}/suppress",
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("bearer" = [])))]
+async fn suppress_revision(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    state.archive.suppress(&domain, &title, RevId::parse(&rev)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

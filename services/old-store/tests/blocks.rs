@@ -1,0 +1,194 @@
+//! The archive below the HTTP API: blocks filled, compacted and read back on
+//! real histories; replicas racing for the same title; corruption detected.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Engine, store_on};
+use revstore_keys::{Domain, RevId, Tid, TitleRules};
+use revstore_old_store::archive::{ArchiveOutcome, BlockKey, CompactionOutcome, GROWTH_LEVEL};
+use revstore_old_store::body::{ArchiveBody, Part, StoredParts};
+use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META};
+use revstore_storage::{ReadQuery, Store, Upsert, Value};
+
+fn settings(max_revisions: u64, max_bytes: u64) -> ArchiveSettings {
+    ArchiveSettings {
+        policy: UpdatePolicy::FirstRenderPerRevision,
+        limits: BlockLimits { max_revisions, max_bytes },
+        seal_level: 19,
+        cache_bytes: 64 << 20,
+        settle: Duration::from_secs(3600),
+    }
+}
+
+fn page(title: &str) -> (Domain, revstore_keys::Title) {
+    (Domain::parse("en.wikipedia.org").expect("domain"), revstore_keys::Title::parse(title, TitleRules::default()).expect("title"))
+}
+
+fn html_entry(html: &str) -> Vec<u8> {
+    ArchiveBody { html: Some(html.to_owned()), ..Default::default() }.encode()
+}
+
+/// Reads every revision back through a fresh archive (cold cache) and checks it.
+async fn assert_reads_back(store: &Store, settings: ArchiveSettings, title: &str, revisions: &[(u64, Tid, String)]) {
+    let archive = Archive::new(store.clone(), settings);
+    let (d, t) = page(title);
+    // Random order first (cold blocks decoded up to each revision), then in order.
+    let mut order: Vec<usize> = (0..revisions.len()).collect();
+    use rand::seq::SliceRandom;
+    order.shuffle(&mut rand::rng());
+    for i in order.into_iter().chain(0..revisions.len()) {
+        let (rev, tid, html) = &revisions[i];
+        let at = archive.locate(&d, &t, RevId::new(*rev).expect("rev"), None).await.expect("locate").expect("archived");
+        assert_eq!(at.tid, *tid);
+        let entry = archive.content(&d, &t, &at).await.expect("content");
+        let parts = StoredParts::parse(&entry.content).expect("parts");
+        assert!(parts.get(Part::Html) == Some(html.as_bytes()), "revision {rev} reads back different");
+    }
+}
+
+async fn a_history_reads_back_through_every_stage_of_its_blocks(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    let html = revstore_testdata::anarchism_html();
+    // Small blocks, so the history spans sealed, compacted and chained blocks.
+    let settings = settings(40, 1 << 30);
+    let archive = Archive::new(store.clone(), settings.clone());
+    let (d, t) = page("Anarchism");
+    let mut written = Vec::new();
+    for (i, h) in html.iter().enumerate() {
+        let (rev, tid) = (1000 + i as u64, Tid::now());
+        let outcome = archive.archive(&d, &t, RevId::new(rev).expect("rev"), tid, html_entry(h)).await.expect("archive");
+        assert_eq!(outcome, ArchiveOutcome::Stored);
+        written.push((rev, tid, h.clone()));
+        if i == 50 {
+            // Mid-way: everything so far reads back with nothing compacted.
+            assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
+        }
+    }
+    // Blocks 0 and 1 are full (40 each), block 2 holds the last 17.
+    let key = |block| BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block };
+    assert_compacted(archive.compact(&key(0), GROWTH_LEVEL).await.expect("compact"), 40);
+    assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
+    assert_compacted(archive.compact(&key(0), 19).await.expect("compact"), 40);
+    assert_eq!(archive.compact(&key(0), 19).await.expect("compact"), CompactionOutcome::NothingToDo);
+    assert_compacted(archive.compact(&key(2), 19).await.expect("compact"), 17);
+    // Appends after a compaction chain onto the frame's last revision.
+    for (i, h) in html.iter().take(3).enumerate() {
+        let (rev, tid) = (5000 + i as u64, Tid::now());
+        archive.archive(&d, &t, RevId::new(rev).expect("rev"), tid, html_entry(h)).await.expect("archive");
+        written.push((rev, tid, h.clone()));
+    }
+    assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
+    assert_compacted(archive.compact(&key(2), GROWTH_LEVEL).await.expect("compact"), 20);
+    assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
+    // The compacted rows are gone from the block: only the frame remains.
+    let block2 = store.read(&ReadQuery::new(&ARCHIVE_BLOCKS, key(2).partition_values())).await.expect("read");
+    assert!(block2.rows.is_empty(), "{} rows left after compaction", block2.rows.len());
+}
+
+fn assert_compacted(outcome: CompactionOutcome, expected: usize) {
+    match outcome {
+        CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes } => {
+            assert_eq!(revisions, expected);
+            assert!(stored_bytes * 10 < raw_bytes, "{stored_bytes} bytes stored for {raw_bytes}");
+        }
+        other => panic!("expected a compaction of {expected} revisions, got {other:?}"),
+    }
+}
+
+async fn replicas_racing_for_one_title_lose_nothing_and_store_nothing_twice(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    let html = Arc::new(revstore_testdata::anarchism_html());
+    let limits = settings(8, 300_000);
+    let (d, t) = page("Race");
+    // Four replicas (own caches), each writing every revision once, all at the same time:
+    // each revision is offered four times and must be stored exactly once.
+    let replicas: Vec<Archive> = (0..4).map(|_| Archive::new(store.clone(), limits.clone())).collect();
+    let tids: Arc<Vec<Tid>> = Arc::new((0..html.len()).map(|_| Tid::now()).collect());
+    let mut tasks = Vec::new();
+    for (r, archive) in replicas.into_iter().enumerate() {
+        let (html, tids, d, t) = (html.clone(), tids.clone(), d.clone(), t.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut stored = 0;
+            // Each replica walks the history from a different starting point.
+            for k in 0..html.len() {
+                let i = (k + r * html.len() / 4) % html.len();
+                let outcome =
+                    archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tids[i], html_entry(&html[i])).await.expect("archive");
+                if outcome == ArchiveOutcome::Stored {
+                    stored += 1;
+                }
+            }
+            stored
+        }));
+    }
+    let mut stored = 0;
+    for task in tasks {
+        stored += task.await.expect("replica");
+    }
+    assert_eq!(stored, html.len(), "each revision stored by exactly one replica");
+
+    let meta = store.read(&ReadQuery::new(&ARCHIVE_META, [Value::from(d.as_str()), Value::from(t.as_str())])).await.expect("meta");
+    assert_eq!(meta.rows.len(), html.len(), "one metadata row per revision");
+    assert_eq!(meta.statics.as_ref().and_then(|s| s.bigint("rev_count")), Some(html.len() as i64));
+    let mut slots: Vec<i64> = meta.rows.iter().filter_map(|r| r.bigint("slot")).collect();
+    slots.sort();
+    assert_eq!(slots, (0..html.len() as i64).collect::<Vec<_>>(), "slots taken once each, none skipped");
+    // No block over its limits.
+    let mut per_block: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
+    for row in &meta.rows {
+        let rev = row.bigint("rev").expect("rev") as usize;
+        let e = per_block.entry(row.bigint("block").expect("block")).or_default();
+        e.0 += 1;
+        e.1 += html_entry(&html[rev - 1]).len() as u64;
+    }
+    for (block, (revisions, bytes)) in &per_block {
+        assert!(*revisions <= 8, "block {block} holds {revisions} revisions");
+        assert!(*revisions == 1 || *bytes <= 300_000, "block {block} holds {bytes} bytes");
+    }
+    let written: Vec<(u64, Tid, String)> = (0..html.len()).map(|i| (1 + i as u64, tids[i], html[i].clone())).collect();
+    assert_reads_back(&store, limits, "Race", &written).await;
+}
+
+async fn a_corrupted_block_is_an_integrity_error_not_garbage(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    let html = revstore_testdata::anarchism_html();
+    let archive = Archive::new(store.clone(), settings(1000, 1 << 30));
+    let (d, t) = page("Corrupt");
+    let tids: Vec<Tid> = (0..3).map(|_| Tid::now()).collect();
+    for i in 0..3 {
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tids[i], html_entry(&html[i])).await.expect("archive");
+    }
+    // Flip one byte in the middle of the second revision's stored bytes.
+    let key = [Value::from(d.as_str()), Value::from(t.as_str()), Value::from(0i64)];
+    let block = store.read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.clone())).await.expect("read");
+    let row = &block.rows[1];
+    let mut bytes = row.blob("content").expect("content").to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    store
+        .write(
+            Upsert::new(&ARCHIVE_BLOCKS, key.into_iter().chain([Value::from(1i64), Value::from(tids[1])]))
+                .set("rev", 2i64)
+                .set("content", bytes),
+        )
+        .await
+        .expect("write");
+    let cold = Archive::new(store.clone(), settings(1000, 1 << 30));
+    let first = cold.locate(&d, &t, RevId::new(1).expect("rev"), None).await.expect("locate").expect("there");
+    assert!(cold.content(&d, &t, &first).await.is_ok(), "revisions before the damage still read");
+    for rev in [2, 3] {
+        let at = cold.locate(&d, &t, RevId::new(rev).expect("rev"), None).await.expect("locate").expect("there");
+        let err = cold.content(&d, &t, &at).await.expect_err("damaged");
+        assert_eq!(err.status(), 500, "revision {rev}: {}", err.detail());
+    }
+}
+
+revstore_testdata::on_both_engines!(
+    a_history_reads_back_through_every_stage_of_its_blocks,
+    replicas_racing_for_one_title_lose_nothing_and_store_nothing_twice,
+    a_corrupted_block_is_an_integrity_error_not_garbage,
+);

@@ -1,0 +1,78 @@
+//! Shared by old-store's tests: the service on port 0, a bare store, real histories.
+
+#![allow(dead_code, missing_debug_implementations)]
+
+use std::sync::Arc;
+
+use clap::Parser;
+use revstore_old_store::{Args, run};
+use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
+pub use revstore_testdata::service::{Engine, Service};
+use revstore_testdata::service::{StopSignal, spawn_service};
+
+pub const TOKEN: &str = "old-store-test-token";
+
+fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
+    let args = Args::parse_from(argv);
+    let settings = args.common.resolve(0).expect("settings");
+    spawn_service(async move {
+        run(args, settings, listener, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("old-store runs");
+    })
+}
+
+/// Starts old-store on `engine` with a fresh data directory or keyspace.
+pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
+    revstore_testdata::service::start_on(engine, "revstore-old-store", TOKEN, extra, launch).await
+}
+
+/// Starts old-store on the embedded engine in `data_dir`.
+pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
+    revstore_testdata::service::start_in(data_dir, "revstore-old-store", TOKEN, extra, launch).await
+}
+
+/// Keeps a test store's data alive, and removes it when dropped.
+pub enum StoreGuard {
+    Dir(tempfile::TempDir),
+    Keyspace(Arc<CassandraEngine>),
+}
+
+impl Drop for StoreGuard {
+    fn drop(&mut self) {
+        if let StoreGuard::Keyspace(engine) = self {
+            let engine = engine.clone();
+            let handle = tokio::runtime::Handle::current();
+            // Drop runs on a runtime thread: block on another one.
+            std::thread::spawn(move || {
+                let drop_keyspace = format!("DROP KEYSPACE IF EXISTS \"{}\"", engine.keyspace());
+                handle.block_on(engine.session().query_unpaged(drop_keyspace, ())).expect("drop the test keyspace");
+            })
+            .join()
+            .expect("keyspace cleanup");
+        }
+    }
+}
+
+/// A store with the schema in place, for tests below the HTTP API.
+pub async fn store_on(engine: Engine) -> (Store, StoreGuard) {
+    match engine {
+        Engine::Embedded => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let engine = EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open");
+            let store = Store::new(Arc::new(engine));
+            store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+            (store, StoreGuard::Dir(dir))
+        }
+        Engine::Cassandra => {
+            let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
+            let keyspace = format!("old_store_lib_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+            let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace)).await.expect("connect"));
+            let store = Store::new(engine.clone());
+            store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+            (store, StoreGuard::Keyspace(engine))
+        }
+    }
+}
