@@ -149,7 +149,11 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "data-parsoid": [1] }).to_string().into(), 400),
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "extra": 1 }).to_string().into(), 400),
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": 5 }).to_string().into(), 400),
-        (format!("{ARCHIVE}/T/1/{}", Tid::min_at(std::time::SystemTime::now() + std::time::Duration::from_secs(86_400))), ok.to_string().into(), 400),
+        (
+            format!("{ARCHIVE}/T/1/{}", Tid::min_at(std::time::SystemTime::now() + std::time::Duration::from_secs(86_400))),
+            ok.to_string().into(),
+            400,
+        ),
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x".repeat(4_100_000) }).to_string().into(), 413),
     ];
     for (path, body, status) in cases {
