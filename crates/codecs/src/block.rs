@@ -2,29 +2,34 @@
 //!
 //! Revisions of a page repeat each other almost entirely; compressed together with
 //! a long window they shrink to a few percent of their size, while each alone
-//! shrinks only to about a third. A block keeps an uncompressed index in front of
-//! the frame, so a reader finds a revision's offset without decompressing, then
-//! streams the frame up to the end of that revision and stops: the revisions after
-//! it are never decoded and the ones before it are never kept.
+//! shrinks only to about a third. A block keeps an index in front of the frame,
+//! compressed on its own, so a reader finds a revision's offset by decoding a few
+//! hundred bytes, then streams the frame up to the end of that revision and stops:
+//! the revisions after it are never decoded and the ones before it are never kept.
 //!
 //! ```text
 //! bytes 0-2   magic "RVB"
-//! byte 3      format version (1)
+//! byte 3      format version (2)
 //! u32         entry count n
-//! n entries   rev u64 | tid 16 bytes | length u32 | CRC-32 of the content u32
-//! u32         CRC-32 of all the bytes above
+//! u32         length of the compressed index
+//! u32         CRC-32 of all the bytes above and the compressed index
+//! ...         the index, one zstd frame: per entry, rev as a zigzag varint delta
+//!             from the entry before | tid 16 bytes | length varint | CRC-32 u32
 //! rest        one zstd frame: the contents, concatenated in index order
 //! ```
-//! Integers are big-endian; an entry's offset is the sum of the lengths before it.
+//! Fixed-width integers are big-endian; an entry's offset is the sum of the
+//! lengths before it. Packing the index matters for small pages: 32 bytes per
+//! revision uncompressed is a third of what a compressed wikitext revision costs.
 
 use std::io::{self, Read};
 
 use crate::envelope::decompress_bounded;
-use crate::{CodecError, take, take_u32, take_u64};
+use crate::{CodecError, take, take_u32};
 
 const MAGIC: &[u8; 3] = b"RVB";
-pub const BLOCK_VERSION: u8 = 1;
-const ENTRY_LEN: usize = 8 + 16 + 4 + 4;
+pub const BLOCK_VERSION: u8 = 2;
+/// The most bytes one index entry takes packed: two 10-byte varints, tid, CRC.
+const MAX_ENTRY_LEN: usize = 10 + 16 + 10 + 4;
 /// The largest window a decoder accepts: 128 MiB, enough for the largest wiki pages.
 pub const WINDOW_LOG_MAX: u32 = 27;
 
@@ -96,21 +101,58 @@ impl BlockBuilder {
     }
 
     pub fn finish(self) -> Result<Vec<u8>, CodecError> {
-        let mut out = Vec::with_capacity(8 + self.entries.len() * ENTRY_LEN + self.contents.len() / 8);
+        let mut index = Vec::with_capacity(self.entries.len() * 24);
+        let mut previous_rev = 0u64;
+        for e in &self.entries {
+            put_varint(&mut index, zigzag(e.rev.wrapping_sub(previous_rev) as i64));
+            previous_rev = e.rev;
+            index.extend_from_slice(&e.tid);
+            put_varint(&mut index, u64::from(e.len));
+            index.extend_from_slice(&e.crc32.to_be_bytes());
+        }
+        let index =
+            zstd::bulk::compress(&index, 19).map_err(|e| CodecError::Corrupt { what: "block index compression", reason: e.to_string() })?;
+        let mut out = Vec::with_capacity(16 + index.len() + self.contents.len() / 8);
         out.extend_from_slice(MAGIC);
         out.push(BLOCK_VERSION);
         out.extend_from_slice(&(self.entries.len() as u32).to_be_bytes());
-        for e in &self.entries {
-            out.extend_from_slice(&e.rev.to_be_bytes());
-            out.extend_from_slice(&e.tid);
-            out.extend_from_slice(&e.len.to_be_bytes());
-            out.extend_from_slice(&e.crc32.to_be_bytes());
-        }
-        let index_crc = crc32fast::hash(&out);
-        out.extend_from_slice(&index_crc.to_be_bytes());
+        out.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&out);
+        crc.update(&index);
+        out.extend_from_slice(&crc.finalize().to_be_bytes());
+        out.extend_from_slice(&index);
         out.extend_from_slice(&compress(&self.contents, &self.settings)?);
         Ok(out)
     }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn take_varint(input: &mut &[u8]) -> Result<u64, CodecError> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *take(input, 1, "block index entry")?.first().unwrap_or(&0);
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(CodecError::Corrupt { what: "block index", reason: "varint longer than 10 bytes".into() })
 }
 
 fn compress(contents: &[u8], s: &BlockSettings) -> Result<Vec<u8>, CodecError> {
@@ -146,26 +188,32 @@ impl<'a> BlockReader<'a> {
             return Err(CodecError::UnknownVersion { what: "block", version: magic[3] });
         }
         let count = take_u32(&mut input, "block header")? as usize;
-        let index_len = count.checked_mul(ENTRY_LEN).filter(|&n| n <= input.len()).ok_or(CodecError::Truncated {
-            what: "block index",
-            needed: count.saturating_mul(ENTRY_LEN),
-            available: input.len(),
-        })?;
-        let mut index = take(&mut input, index_len, "block index")?;
-        let stored_crc = take_u32(&mut input, "block index checksum")?;
-        if crc32fast::hash(&bytes[..8 + index_len]) != stored_crc {
+        let index_len = take_u32(&mut input, "block header")? as usize;
+        let stored_crc = take_u32(&mut input, "block header")?;
+        let packed = take(&mut input, index_len, "block index")?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes[..12]);
+        crc.update(packed);
+        if crc.finalize() != stored_crc {
             return Err(CodecError::ChecksumMismatch { what: "block index" });
         }
-        let mut entries = Vec::with_capacity(count);
+        let index = decompress_bounded(packed, count.saturating_mul(MAX_ENTRY_LEN), "block index")?;
+        let mut index = &index[..];
+        let mut entries = Vec::with_capacity(count.min(1 << 16));
         let mut offset = 0u64;
+        let mut rev = 0u64;
         for _ in 0..count {
-            let rev = take_u64(&mut index, "block entry")?;
+            rev = rev.wrapping_add(unzigzag(take_varint(&mut index)?) as u64);
             let mut tid = [0u8; 16];
-            tid.copy_from_slice(take(&mut index, 16, "block entry")?);
-            let len = take_u32(&mut index, "block entry")?;
-            let crc32 = take_u32(&mut index, "block entry")?;
+            tid.copy_from_slice(take(&mut index, 16, "block index entry")?);
+            let len = u32::try_from(take_varint(&mut index)?)
+                .map_err(|_| CodecError::Corrupt { what: "block index", reason: "entry length over 4 GiB".into() })?;
+            let crc32 = take_u32(&mut index, "block index entry")?;
             entries.push(BlockEntry { rev, tid, offset, len, crc32 });
             offset += len as u64;
+        }
+        if !index.is_empty() {
+            return Err(CodecError::Corrupt { what: "block index", reason: "bytes after the last entry".into() });
         }
         if offset > settings.max_decoded as u64 {
             return Err(CodecError::TooLarge { what: "block", size: offset, limit: settings.max_decoded as u64 });
@@ -346,8 +394,16 @@ mod tests {
 
     #[test]
     fn a_huge_stated_entry_count_is_refused_without_allocating() {
-        let mut bytes = b"RVB\x01".to_vec();
+        // A well-formed header and checksum claiming 4 billion entries over an empty index.
+        let index = zstd::bulk::compress(b"", 1).unwrap();
+        let mut bytes = b"RVB\x02".to_vec();
         bytes.extend_from_slice(&u32::MAX.to_be_bytes());
+        bytes.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes);
+        crc.update(&index);
+        bytes.extend_from_slice(&crc.finalize().to_be_bytes());
+        bytes.extend_from_slice(&index);
         assert!(matches!(BlockReader::parse(&bytes, &BlockSettings::default()), Err(CodecError::Truncated { .. })));
     }
 

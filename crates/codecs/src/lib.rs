@@ -58,10 +58,3 @@ pub(crate) fn take_u32(input: &mut &[u8], what: &'static str) -> Result<u32, Cod
     let b = take(input, 4, what)?;
     Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
-
-pub(crate) fn take_u64(input: &mut &[u8], what: &'static str) -> Result<u64, CodecError> {
-    let b = take(input, 8, what)?;
-    let mut a = [0u8; 8];
-    a.copy_from_slice(b);
-    Ok(u64::from_be_bytes(a))
-}
