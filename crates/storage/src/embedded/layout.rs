@@ -1,12 +1,18 @@
 //! How a declared table is laid out in SQLite.
 //!
-//! For a table `t`, SQLite table `t` holds the rows: the key columns, the
-//! partition's Murmur3 token (`$token`, for scans), the row's liveness marker
+//! For a table `t`, SQLite table `t` holds the rows: the partition's Murmur3
+//! token (`$token`), the key columns, the row's liveness marker
 //! (`$ts`, `$exp`), and for each regular column `c` its value, write timestamp
 //! and expiry (`c`, `c$ts`, `c$exp`), so last-write-wins and TTL work per cell as
 //! in Cassandra. `$purge` is when the whole row may be dropped (every part of it
 //! expired or deleted); an index on it makes purges cheap. Static columns live
-//! in `t$static`, keyed by the partition key. Row, range and partition
+//! in `t$static`, keyed by the token and the partition key.
+//!
+//! Both are clustered tables (`WITHOUT ROWID`) whose primary key starts with
+//! the token, as Cassandra lays partitions out: a partition's rows are stored
+//! together in clustering order, a token-range scan walks the table in order,
+//! and no secondary index repeats the key of every row. Every lookup names the
+//! token, which is computed from the partition key. Row, range and partition
 //! deletes are recorded in `$tombstones` so that a write with an older timestamp
 //! arriving later stays deleted, until the tombstone's grace period ends.
 //! `$tables` keeps the declaration each table was created from, so a changed
@@ -21,6 +27,7 @@
 
 use std::ops::Bound;
 
+use revstore_keys::{composite_key_bytes, murmur3_token};
 use revstore_schema::{Column, ColumnType, Order, TableDef};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use uuid::Uuid;
@@ -89,6 +96,13 @@ impl CellTable {
     }
 }
 
+/// The Murmur3 token of a partition key, computed over its CQL serialization.
+pub(crate) fn partition_token(partition: &[Value]) -> i64 {
+    let parts: Vec<Vec<u8>> = partition.iter().map(Value::cql_bytes).collect();
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    murmur3_token(&composite_key_bytes(&refs))
+}
+
 /// The `CREATE` statements for a table: its row table, statics table and indexes.
 pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     let mut stmts = Vec::new();
@@ -105,9 +119,8 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
         cols.push(format!("{} INTEGER", exp_col(c)));
     }
     cols.push("\"$purge\" INTEGER".into());
-    cols.push(format!("PRIMARY KEY ({key_list})"));
-    stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(t.name), cols.join(", ")));
-    stmts.push(format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$token\", {pk_list})", q(&format!("{}$by_token", t.name)), q(t.name)));
+    cols.push(format!("PRIMARY KEY (\"$token\", {key_list})"));
+    stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(t.name), cols.join(", ")));
     stmts.push(format!(
         "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
         q(&format!("{}$by_purge", t.name)),
@@ -122,10 +135,9 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
             cols.push(format!("{} INTEGER", exp_col(c)));
         }
         cols.push("\"$purge\" INTEGER".into());
-        cols.push(format!("PRIMARY KEY ({pk_list})"));
+        cols.push(format!("PRIMARY KEY (\"$token\", {pk_list})"));
         let st = static_table(t);
-        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&st), cols.join(", ")));
-        stmts.push(format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$token\", {pk_list})", q(&format!("{st}$by_token")), q(&st)));
+        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(&st), cols.join(", ")));
         stmts.push(format!(
             "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
             q(&format!("{st}$by_purge")),

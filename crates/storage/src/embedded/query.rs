@@ -6,7 +6,7 @@ use revstore_schema::{Column, Order, TableDef};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params_from_iter};
 
-use super::layout::{ck_cols, exp_col, from_sql, pk_cols, q, regular_cols, static_cols, static_table, to_sql};
+use super::layout::{ck_cols, exp_col, from_sql, partition_token, pk_cols, q, regular_cols, static_cols, static_table, to_sql};
 use crate::error::StoreResult;
 use crate::ops::{ReadOrder, ReadQuery, ScannedPartition, Slice};
 use crate::value::{Row, Value};
@@ -33,6 +33,14 @@ impl Sql {
     pub fn key_eq(&mut self, cols: &[&Column], vals: &[Value]) {
         let parts: Vec<String> = cols.iter().zip(vals).map(|(c, v)| format!("{} = {}", q(c.name), self.bind(to_sql(v)))).collect();
         self.push(&parts.join(" AND "));
+    }
+
+    /// `"$token" = ?1 AND "a" = ?2 ...`: one partition, found by its token first
+    /// (the tables are clustered by token).
+    pub fn partition_eq(&mut self, t: &TableDef, partition: &[Value]) {
+        let token = self.bind(SqlValue::Integer(partition_token(partition)));
+        self.push(&format!("\"$token\" = {token} AND "));
+        self.key_eq(&pk_cols(t), partition);
     }
 
     /// ` AND ...` restricting the clustering columns to a slice.
@@ -116,7 +124,7 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
     let mut select: Vec<String> = key.iter().map(|c| q(c.name)).collect();
     select.extend(projected.iter().map(|c| live_value(c, &now_p)));
     sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(t.name)));
-    sql.key_eq(&pk_cols(t), &query.partition);
+    sql.partition_eq(t, &query.partition);
     sql.slice(t, &query.slice);
     if let Some(after) = after {
         sql.after(t, after, query.order);
@@ -148,7 +156,7 @@ pub(crate) fn read_statics(conn: &Connection, t: &TableDef, partition: &[Value],
     let now_p = sql.bind(SqlValue::Integer(now));
     let select: Vec<String> = cols.iter().map(|c| live_value(c, &now_p)).collect();
     sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(&static_table(t))));
-    sql.key_eq(&pk_cols(t), partition);
+    sql.partition_eq(t, partition);
     let mut stmt = conn.prepare_cached(&sql.text)?;
     let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
     let Some(r) = rows.next()? else { return Ok(None) };

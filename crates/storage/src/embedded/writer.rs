@@ -11,15 +11,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 
-use revstore_keys::{composite_key_bytes, murmur3_token};
 use revstore_schema::{Column, TableDef};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use tokio::sync::oneshot;
 
 use super::layout::{
-    CellMeta, CellTable, ENGINE_TABLES_DDL, create_statements, decode_slice, encode_slice, exp_col, from_sql, pk_cols, purge_time, q,
-    regular_cols, static_cols, to_sql, ts_col,
+    CellMeta, CellTable, ENGINE_TABLES_DDL, ck_cols, create_statements, decode_slice, encode_slice, exp_col, from_sql, partition_token,
+    pk_cols, purge_time, q, regular_cols, static_cols, to_sql, ts_col,
 };
 use super::query::{Sql, read_statics};
 use crate::clock::Clock;
@@ -239,7 +238,10 @@ impl Writer {
         cells: Vec<(usize, &Value, CellMeta)>,
     ) -> StoreResult<()> {
         let cols = &table.cols;
-        let key_cols = self.key_columns(&table.name, key.len())?;
+        let key_cols = self.key_columns(&table.name, key.len() + 1)?;
+        // Every table's primary key starts with the partition's token.
+        let key: Vec<Value> = std::iter::once(Value::BigInt(token)).chain(key.iter().cloned()).collect();
+        let key = key.as_slice();
         let existing = self.load_meta(table, &key_cols, key)?;
         let (mut old_marker, mut old_cells) = existing.unwrap_or((None, vec![None; cols.len()]));
         let marker_wins = match (marker, old_marker) {
@@ -273,8 +275,6 @@ impl Writer {
         let mut names: Vec<String> = key_cols.iter().map(|c| q(c)).collect();
         let mut values: Vec<String> = key.iter().map(|v| sql.bind(to_sql(v))).collect();
         let mut updates = Vec::new();
-        names.push("\"$token\"".into());
-        values.push(sql.bind(SqlValue::Integer(token)));
         if let Some(m) = marker {
             names.extend(["\"$ts\"".to_owned(), "\"$exp\"".to_owned()]);
             values.push(sql.bind(SqlValue::Integer(m.ts)));
@@ -308,10 +308,16 @@ impl Writer {
         Ok(())
     }
 
-    /// The names of the key columns of SQLite table `table` (rows or statics).
+    /// The names of the primary key columns of SQLite table `table` (rows or
+    /// statics): the token, then the declared key.
     fn key_columns(&self, table: &str, len: usize) -> StoreResult<Vec<String>> {
         let mut stmt = self.conn.prepare_cached("SELECT name FROM pragma_table_info(?1) WHERE pk > 0 ORDER BY pk")?;
         let names: Vec<String> = stmt.query_map([table], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        if names.first().map(String::as_str) != Some("$token") && !names.is_empty() {
+            return Err(StoreError::SchemaMismatch(format!(
+                "table {table} has the embedded layout of an older revstore build; start from an empty data directory"
+            )));
+        }
         if names.len() != len {
             return Err(StoreError::SchemaMismatch(format!("table {table} is missing or has another key")));
         }
@@ -405,11 +411,13 @@ impl Writer {
             ts_cols.push("\"$ts\"".into());
         }
         let where_clause = |sql: &mut Sql| {
-            sql.key_eq(&pk_cols(t), partition);
+            sql.partition_eq(t, partition);
             if let Some(s) = slice {
                 sql.slice(t, s);
             }
         };
+        // The clustering columns identify a row within the partition (statics have none).
+        let ck: Vec<&Column> = if marker { ck_cols(t).into_iter().map(|(c, _)| c).collect() } else { Vec::new() };
         // Rows with nothing newer than the delete go at once.
         let mut sql = Sql::default();
         sql.push(&format!("DELETE FROM {} WHERE ", q(table)));
@@ -422,7 +430,7 @@ impl Writer {
 
         // Rows that keep some newer cells lose only the older ones.
         let mut sql = Sql::default();
-        let mut select = vec!["rowid".to_owned()];
+        let mut select: Vec<String> = ck.iter().map(|c| q(c.name)).collect();
         if marker {
             select.extend(["\"$ts\"".to_owned(), "\"$exp\"".to_owned()]);
         }
@@ -435,14 +443,18 @@ impl Writer {
         let older: Vec<String> = ts_cols.iter().map(|c| format!("{c} <= {ts_p}")).collect();
         sql.push(&format!(" AND ({})", older.join(" OR ")));
         let mut stmt = self.conn.prepare_cached(&sql.text)?;
-        let mut partial: Vec<(i64, Option<CellMeta>, Vec<Option<CellMeta>>)> = Vec::new();
+        let mut partial: Vec<(Vec<Value>, Option<CellMeta>, Vec<Option<CellMeta>>)> = Vec::new();
         let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
         while let Some(r) = rows.next()? {
-            let mut i = 1;
+            let mut clustering = Vec::with_capacity(ck.len());
+            for (i, c) in ck.iter().enumerate() {
+                clustering.push(from_sql(c.ty, r.get_ref(i)?)?);
+            }
+            let mut i = ck.len();
             let marker_meta = if marker {
-                i = 3;
-                r.get::<_, Option<i64>>(1)?
-                    .map(|mts| Ok::<_, rusqlite::Error>(CellMeta { ts: mts, exp: r.get(2)?, tombstone: false }))
+                i += 2;
+                r.get::<_, Option<i64>>(i - 2)?
+                    .map(|mts| Ok::<_, rusqlite::Error>(CellMeta { ts: mts, exp: r.get(i - 1)?, tombstone: false }))
                     .transpose()?
             } else {
                 None
@@ -457,11 +469,11 @@ impl Writer {
                 );
                 i += 3;
             }
-            partial.push((r.get(0)?, marker_meta, cells));
+            partial.push((clustering, marker_meta, cells));
         }
         drop(rows);
         drop(stmt);
-        for (rowid, mut marker_meta, mut cells) in partial {
+        for (clustering, mut marker_meta, mut cells) in partial {
             let mut sets = Vec::new();
             if marker_meta.is_some_and(|m| m.ts <= ts) {
                 marker_meta = None;
@@ -474,10 +486,16 @@ impl Writer {
                 }
             }
             let purge_at = purge_time(marker_meta.iter().chain(cells.iter().flatten()));
-            sets.push("\"$purge\" = ?1".into());
-            self.conn
-                .prepare_cached(&format!("UPDATE {} SET {} WHERE rowid = ?2", q(table), sets.join(", ")))?
-                .execute(rusqlite::params![purge_at, rowid])?;
+            let mut sql = Sql::default();
+            let purge_p = sql.bind(purge_at.map_or(SqlValue::Null, SqlValue::Integer));
+            sets.push(format!("\"$purge\" = {purge_p}"));
+            sql.push(&format!("UPDATE {} SET {} WHERE ", q(table), sets.join(", ")));
+            sql.partition_eq(t, partition);
+            if !ck.is_empty() {
+                sql.push(" AND ");
+                sql.key_eq(&ck, &clustering);
+            }
+            self.conn.prepare_cached(&sql.text)?.execute(params_from_iter(sql.params.iter()))?;
         }
         Ok(())
     }
@@ -637,11 +655,4 @@ fn fail(job: Job, err: StoreError) {
             let _ = r.send(Err(err));
         }
     }
-}
-
-/// The Murmur3 token of a partition key, computed over its CQL serialization.
-pub(crate) fn partition_token(partition: &[Value]) -> i64 {
-    let parts: Vec<Vec<u8>> = partition.iter().map(Value::cql_bytes).collect();
-    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    murmur3_token(&composite_key_bytes(&refs))
 }
