@@ -443,6 +443,8 @@ impl Writer {
         let older: Vec<String> = ts_cols.iter().map(|c| format!("{c} <= {ts_p}")).collect();
         sql.push(&format!(" AND ({})", older.join(" OR ")));
         let mut stmt = self.conn.prepare_cached(&sql.text)?;
+        // (clustering key, marker, cells) of each row that keeps something.
+        #[allow(clippy::type_complexity)]
         let mut partial: Vec<(Vec<Value>, Option<CellMeta>, Vec<Option<CellMeta>>)> = Vec::new();
         let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
         while let Some(r) = rows.next()? {
