@@ -48,15 +48,15 @@ fn main() {
         };
         let t = Instant::now();
         row("each revision alone, level 3".into(), revs.iter().map(|r| zstd::bulk::compress(r, 3).unwrap().len()).sum(), t);
-        for n in [8, 32] {
+        for (n, level) in [(8, 6), (32, 6), (32, 19), (64, 19)] {
             let t = Instant::now();
-            row(format!("blocks of {n} revisions, level 6"), revs.chunks(n).map(|c| one_frame(c, 6)).sum(), t);
+            row(format!("blocks of {n} revisions, level {level}"), revs.chunks(n).map(|c| one_frame(c, level)).sum(), t);
         }
-        for level in [6, 12, 19] {
+        for level in [6, 12, 15, 16, 19] {
             let t = Instant::now();
             row(format!("whole history in one block, level {level}"), one_frame(&revs, level), t);
         }
-        for level in [6, 19] {
+        for level in [3, 6, 19] {
             let t = Instant::now();
             row(format!("chained on the previous revision, level {level}"), chained(&revs, level), t);
         }
