@@ -12,14 +12,27 @@
 //! - [`server`]: the router around a service's routes (`/healthz`, `/readyz`,
 //!   `/metrics`, `/openapi.json`, timeouts, body limits, panics caught) and
 //!   [`server::serve`] with its graceful shutdown.
+//! - [`launch`]: a binary's `main` ([`service_main`]) and opening the storage
+//!   with the schema ([`open_store`]).
 
 pub mod access;
+pub mod launch;
 pub mod middleware;
 pub mod problem;
 pub mod server;
 pub mod settings;
 
 pub use access::{Access, WriteAccess};
+pub use launch::{BoxError, ServiceArgs, Shutdown, open_store, service_main};
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};
 pub use settings::{CommonArgs, Secret, ServiceSettings, SettingsError, exit_on_settings_error, parse_args_or_exit, parse_from_or_exit};
+
+/// Whether a request's `If-None-Match` names `etag` (or is `*`): the answer is
+/// then 304. Weak validators compare as strong ones (renders never change).
+pub fn not_modified(request: &http::HeaderMap, etag: &str) -> bool {
+    request
+        .get(http::header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|inm| inm.trim() == "*" || inm.split(',').any(|e| e.trim().trim_start_matches("W/") == etag))
+}

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use revstore_keys::{FirstLetterCase, TitleRules};
 use revstore_schema::cql::Replication;
 use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
 use scylla::frame::types::Consistency;
@@ -124,6 +125,16 @@ pub struct CommonArgs {
     /// Embedded engine: seconds between purges of expired data (0: never; the janitor can).
     #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = 600)]
     pub purge_interval_secs: u64,
+
+    /// Create the schema at start (default: yes on the embedded engine, no on
+    /// Cassandra, where `revstore-migrate` does it once).
+    #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
+    pub migrate_on_start: Option<bool>,
+
+    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
+    /// Every service of one wiki must agree.
+    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
+    pub title_case: String,
 }
 
 fn parse_consistency(s: &str) -> Result<Consistency, String> {
@@ -151,6 +162,10 @@ pub struct ServiceSettings {
     pub drain_timeout: Duration,
     /// Embedded engine only: how often expired data is purged (`None`: never).
     pub purge_interval: Option<Duration>,
+    /// Create the schema at start.
+    pub migrate_on_start: bool,
+    /// How titles are normalised.
+    pub titles: TitleRules,
 }
 
 /// A setting that cannot be used, said so that the operator can fix it.
@@ -206,7 +221,6 @@ impl CommonArgs {
         }
         Ok(ServiceSettings {
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], default_port))),
-            storage,
             access: Access::new(&write, if read.is_empty() { None } else { Some(&read) }),
             page_token_key,
             request_timeout: Duration::from_secs(self.request_timeout_secs),
@@ -214,6 +228,11 @@ impl CommonArgs {
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),
             purge_interval: (self.purge_interval_secs > 0).then(|| Duration::from_secs(self.purge_interval_secs)),
+            migrate_on_start: self.migrate_on_start.unwrap_or(matches!(storage, StorageSettings::Embedded { .. })),
+            titles: TitleRules {
+                first_letter: if self.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper },
+            },
+            storage,
         })
     }
 }

@@ -4,8 +4,6 @@
 
 use std::path::PathBuf;
 
-pub mod service;
-
 /// The `shared/data` directory.
 pub fn shared_data() -> PathBuf {
     std::env::var_os("REVSTORE_SHARED_DATA")

@@ -20,10 +20,8 @@ pub mod routes;
 use std::time::Duration;
 
 use revstore_client::{ClientOptions, HttpClient};
-use revstore_keys::{FirstLetterCase, TitleRules};
-use revstore_schema::ALL_TABLES;
-use revstore_service::{CommonArgs, Platform, ServiceSettings};
-use revstore_storage::StorageSettings;
+pub use revstore_service::BoxError;
+use revstore_service::{CommonArgs, Platform, ServiceArgs, ServiceSettings};
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
@@ -54,17 +52,15 @@ pub struct Args {
     #[arg(long, env = "REVSTORE_NOTIFY_GRAPH", default_value_t = false)]
     pub notify_graph: bool,
 
-    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
-    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
-    pub title_case: String,
-
     /// File with the bearer token this service presents to old-store and the graph.
     #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<std::path::PathBuf>,
+}
 
-    /// Create the schema at start (default: yes on the embedded engine, no on Cassandra).
-    #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
-    pub migrate_on_start: Option<bool>,
+impl ServiceArgs for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
 }
 
 /// Runs current-store until `shutdown` resolves.
@@ -96,20 +92,14 @@ pub async fn run(
     };
     let old_store = client(&args.old_store_url, "--old-store-url")?;
     let graph = client(&args.graph_url, "--graph-url")?;
-    let embedded = matches!(settings.storage, StorageSettings::Embedded { .. });
-    let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
-    if args.migrate_on_start.unwrap_or(embedded) {
-        let outcome = store.migrate(&ALL_TABLES).await.map_err(|e| format!("schema migration: {e}"))?;
-        tracing::info!(%outcome, "schema");
-    }
+    let store = revstore_service::open_store(&settings).await?;
     let pages = pages::Pages {
         store: store.clone(),
         grace: Duration::from_secs(args.grace_ttl.max(1)),
         hand_off: true,
         notify_graph: args.notify_graph,
     };
-    let titles =
-        TitleRules { first_letter: if args.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper } };
+    let titles = settings.titles;
     let platform = Platform::new(SERVICE, store.clone(), settings, routes::ApiDoc::openapi());
     if old_store.is_some() || graph.is_some() {
         let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
@@ -122,6 +112,3 @@ pub async fn run(
     tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
     revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
 }
-
-/// A start-up failure, as a message for the operator.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

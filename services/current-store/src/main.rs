@@ -1,37 +1,11 @@
 //! `revstore-current-store`: see the crate documentation and `--help`.
 
-use revstore_current_store::{Args, DEFAULT_PORT, run};
-use revstore_service::{exit_on_settings_error, parse_args_or_exit, shutdown_signal};
+use revstore_current_store::{Args, DEFAULT_PORT, SERVICE, run};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let args: Args = parse_args_or_exit();
-    let settings = match args.common.resolve(DEFAULT_PORT) {
-        Ok(s) => s,
-        Err(e) => exit_on_settings_error("revstore-current-store", e),
-    };
-    let telemetry = match revstore_telemetry::init("current-store") {
-        Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("revstore-current-store: {e}");
-            return std::process::ExitCode::from(70);
-        }
-    };
-    let listener = match tokio::net::TcpListener::bind(settings.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(address = %settings.listen, error = %e, "cannot listen");
-            return std::process::ExitCode::from(69);
-        }
-    };
-    let result = run(args, settings, listener, shutdown_signal()).await;
-    let code = match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "current-store stopped");
-            std::process::ExitCode::from(1)
-        }
-    };
-    telemetry.shutdown();
-    code
+    revstore_service::service_main(SERVICE, DEFAULT_PORT, |args: Args, settings, listener, shutdown| {
+        run(args, settings, listener, shutdown)
+    })
+    .await
 }

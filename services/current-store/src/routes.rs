@@ -94,17 +94,13 @@ fn preconditions(headers: &HeaderMap) -> Result<Preconditions, ApiError> {
     Ok(Preconditions { if_match: header_str(headers, header::IF_MATCH).map(str::to_owned), if_unmodified_since })
 }
 
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.trim() == "*" || if_none_match.split(',').any(|e| e.trim().trim_start_matches("W/") == etag)
-}
-
 /// A render part as an HTTP response, honouring `If-None-Match`.
 fn serve_part(found: &Found, part: Part, request: &HeaderMap, cache_control: &'static str) -> Result<Response, ApiError> {
     let etag = found.id.etag();
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, HeaderValue::from_str(&etag).map_err(ApiError::internal)?);
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache_control));
-    if header_str(request, header::IF_NONE_MATCH).is_some_and(|inm| etag_matches(inm, &etag)) {
+    if revstore_service::not_modified(request, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
     }
     let blob = |column: &str| found.row.blob(column).ok_or_else(|| ApiError::internal(format!("render {etag} has no {column}")));

@@ -247,7 +247,7 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
 }
 
-revstore_testdata::on_both_engines!(
+revstore_test_service::on_both_engines!(
     a_render_is_stored_once_and_served_in_every_part,
     a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period,
     preconditions_drop_stale_renders,

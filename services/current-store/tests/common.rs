@@ -2,11 +2,9 @@
 
 #![allow(dead_code, missing_debug_implementations)]
 
-use clap::Parser;
 use revstore_current_store::render::RenderBody;
-use revstore_current_store::{Args, run};
-pub use revstore_testdata::service::{Engine, Service};
-use revstore_testdata::service::{StopSignal, spawn_service};
+pub use revstore_test_service::{Engine, Service};
+use revstore_test_service::{StopSignal, spawn_parsed};
 
 pub const TOKEN: &str = "current-store-test-token";
 
@@ -24,20 +22,14 @@ pub fn render(html: &str, n: u64) -> RenderBody {
 }
 
 fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    let args = Args::parse_from(argv);
-    let settings = args.common.resolve(0).expect("settings");
-    spawn_service(async move {
-        run(args, settings, listener, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("current-store runs");
+    spawn_parsed(argv, listener, stopped, |args: revstore_current_store::Args, settings, listener, shutdown| {
+        revstore_current_store::run(args, settings, listener, shutdown)
     })
 }
 
 /// Starts current-store on `engine` with a fresh data directory or keyspace.
 pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_testdata::service::start_on(engine, "revstore-current-store", TOKEN, extra, launch).await
+    revstore_test_service::start_on(engine, "revstore-current-store", TOKEN, extra, launch).await
 }
 
 /// Starts current-store on the embedded engine in a fresh directory.
@@ -47,5 +39,5 @@ pub async fn start(extra: &[&str]) -> Service {
 
 /// Starts current-store on the embedded engine in `data_dir`.
 pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_testdata::service::start_in(data_dir, "revstore-current-store", TOKEN, extra, launch).await
+    revstore_test_service::start_in(data_dir, "revstore-current-store", TOKEN, extra, launch).await
 }

@@ -20,10 +20,8 @@ pub mod routes;
 
 use std::time::Duration;
 
-use revstore_keys::{FirstLetterCase, TitleRules};
-use revstore_schema::ALL_TABLES;
-use revstore_service::{CommonArgs, Platform, ServiceSettings};
-use revstore_storage::StorageSettings;
+pub use revstore_service::BoxError;
+use revstore_service::{CommonArgs, Platform, ServiceArgs, ServiceSettings};
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
@@ -64,14 +62,12 @@ pub struct Args {
     /// Megabytes of decoded blocks kept in memory for reads.
     #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB", default_value_t = 256)]
     pub block_cache_mb: u64,
+}
 
-    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
-    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
-    pub title_case: String,
-
-    /// Create the schema at start (default: yes on the embedded engine, no on Cassandra).
-    #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
-    pub migrate_on_start: Option<bool>,
+impl ServiceArgs for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
 }
 
 impl Args {
@@ -93,15 +89,9 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BoxError> {
-    let embedded = matches!(settings.storage, StorageSettings::Embedded { .. });
-    let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
-    if args.migrate_on_start.unwrap_or(embedded) {
-        let outcome = store.migrate(&ALL_TABLES).await.map_err(|e| format!("schema migration: {e}"))?;
-        tracing::info!(%outcome, "schema");
-    }
+    let store = revstore_service::open_store(&settings).await?;
     let archive = Archive::new(store.clone(), args.archive_settings());
-    let titles =
-        TitleRules { first_letter: if args.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper } };
+    let titles = settings.titles;
     let platform = Platform::new(SERVICE, store, settings, routes::ApiDoc::openapi());
     {
         let archive = archive.clone();
@@ -112,6 +102,3 @@ pub async fn run(
     tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
     revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
 }
-
-/// A start-up failure, as a message for the operator.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -183,11 +183,7 @@ async fn read(
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, etag.clone());
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(FIXED_CACHE));
-    if request
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|inm| etag_matches(inm, etag.to_str().unwrap_or_default()))
-    {
+    if revstore_service::not_modified(request, etag.to_str().unwrap_or_default()) {
         return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
     }
     let entry = archive.content(&domain, &title, &located).await?;
@@ -204,10 +200,6 @@ async fn read(
     };
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).map_err(ApiError::internal)?);
     Ok((StatusCode::OK, headers, body).into_response())
-}
-
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.trim() == "*" || if_none_match.split(',').any(|e| e.trim().trim_start_matches("W/") == etag)
 }
 
 /// One archived render in a listing.

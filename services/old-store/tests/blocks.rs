@@ -187,7 +187,7 @@ async fn a_corrupted_block_is_an_integrity_error_not_garbage(engine: Engine) {
     }
 }
 
-revstore_testdata::on_both_engines!(
+revstore_test_service::on_both_engines!(
     a_history_reads_back_through_every_stage_of_its_blocks,
     replicas_racing_for_one_title_lose_nothing_and_store_nothing_twice,
     a_corrupted_block_is_an_integrity_error_not_garbage,

@@ -4,34 +4,26 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
-use revstore_old_store::{Args, run};
 use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
-pub use revstore_testdata::service::{Engine, Service};
-use revstore_testdata::service::{StopSignal, spawn_service};
+pub use revstore_test_service::{Engine, Service};
+use revstore_test_service::{StopSignal, spawn_parsed};
 
 pub const TOKEN: &str = "old-store-test-token";
 
 fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    let args = Args::parse_from(argv);
-    let settings = args.common.resolve(0).expect("settings");
-    spawn_service(async move {
-        run(args, settings, listener, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("old-store runs");
+    spawn_parsed(argv, listener, stopped, |args: revstore_old_store::Args, settings, listener, shutdown| {
+        revstore_old_store::run(args, settings, listener, shutdown)
     })
 }
 
 /// Starts old-store on `engine` with a fresh data directory or keyspace.
 pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_testdata::service::start_on(engine, "revstore-old-store", TOKEN, extra, launch).await
+    revstore_test_service::start_on(engine, "revstore-old-store", TOKEN, extra, launch).await
 }
 
 /// Starts old-store on the embedded engine in `data_dir`.
 pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_testdata::service::start_in(data_dir, "revstore-old-store", TOKEN, extra, launch).await
+    revstore_test_service::start_in(data_dir, "revstore-old-store", TOKEN, extra, launch).await
 }
 
 /// Keeps a test store's data alive, and removes it when dropped.

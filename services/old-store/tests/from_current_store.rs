@@ -7,23 +7,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use common::{Engine, start_on};
 use revstore_keys::Tid;
-use revstore_testdata::service::{StopSignal, spawn_service};
+use revstore_test_service::{StopSignal, spawn_parsed};
 use serde_json::json;
 
 const CURRENT_TOKEN: &str = "current-store-test-token";
 
 fn launch_current(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    let args = revstore_current_store::Args::parse_from(argv);
-    let settings = args.common.resolve(0).expect("settings");
-    spawn_service(async move {
-        revstore_current_store::run(args, settings, listener, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("current-store runs");
+    spawn_parsed(argv, listener, stopped, |args: revstore_current_store::Args, settings, listener, shutdown| {
+        revstore_current_store::run(args, settings, listener, shutdown)
     })
 }
 
@@ -39,7 +32,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let old = start_on(engine, &[]).await;
     let peer_token = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(peer_token.path(), common::TOKEN).expect("write token");
-    let current = revstore_testdata::service::start_on(
+    let current = revstore_test_service::start_on(
         Engine::Embedded,
         "revstore-current-store",
         CURRENT_TOKEN,
@@ -98,4 +91,4 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     assert_eq!(hidden.status(), 404);
 }
 
-revstore_testdata::on_both_engines!(renders_flow_from_current_store_to_old_store_and_back);
+revstore_test_service::on_both_engines!(renders_flow_from_current_store_to_old_store_and_back);

@@ -6,6 +6,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use revstore_service::{BoxError, ServiceArgs, Shutdown};
+
 /// The storage engine a test runs a service on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -33,12 +35,30 @@ pub struct Service {
 pub trait Launcher: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()> {}
 impl<F: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()>> Launcher for F {}
 
-/// Spawns `serve` (a service's `run`, fed a stop signal) as the task of a [`Launcher`].
-pub fn spawn_service<Fut>(serve: Fut) -> tokio::task::JoinHandle<()>
+/// The task of a [`Launcher`]: parses `argv` as the service's command line
+/// and runs the service (its `run`) until the test stops it.
+pub fn spawn_parsed<A, F, Fut>(
+    argv: Vec<String>,
+    listener: tokio::net::TcpListener,
+    stopped: StopSignal,
+    run: F,
+) -> tokio::task::JoinHandle<()>
 where
-    Fut: Future<Output = ()> + Send + 'static,
+    A: ServiceArgs,
+    F: FnOnce(A, revstore_service::ServiceSettings, tokio::net::TcpListener, Shutdown) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
 {
-    tokio::spawn(serve)
+    let args = A::parse_from(argv);
+    let settings = args.common().resolve(0).expect("settings");
+    let service = run(
+        args,
+        settings,
+        listener,
+        Box::pin(async move {
+            let _ = stopped.await;
+        }),
+    );
+    tokio::spawn(async move { service.await.expect("the service runs") })
 }
 
 /// Starts a service on `engine` with a fresh data directory or keyspace.
@@ -152,7 +172,7 @@ macro_rules! on_both_engines {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case($crate::service::Engine::Embedded).await
+                    super::$case($crate::Engine::Embedded).await
                 }
             )*
         }
@@ -161,7 +181,7 @@ macro_rules! on_both_engines {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
                 async fn $case() {
-                    super::$case($crate::service::Engine::Cassandra).await
+                    super::$case($crate::Engine::Cassandra).await
                 }
             )*
         }
