@@ -218,6 +218,32 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
 }
 
+/// A restart loses the decoded-block cache and the compaction queue: appends
+/// after it chain onto what is stored, and every revision still reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_old_store_appends_to_its_open_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let html = revstore_testdata::anarchism_html();
+    let (first, second) = html.split_at(40);
+    let s = common::start_in(dir.path(), &["--block-max-revisions", "25"]).await;
+    for (i, h) in first.iter().enumerate() {
+        assert_eq!(put(&s, "Anarchism", 1 + i as u64, Tid::now(), &json!({ "html": h })).await.status(), 201);
+    }
+    s.stop().await;
+    let s = common::start_in(dir.path(), &["--block-max-revisions", "25"]).await;
+    for (i, h) in second.iter().enumerate() {
+        assert_eq!(put(&s, "Anarchism", 41 + i as u64, Tid::now(), &json!({ "html": h })).await.status(), 201);
+    }
+    s.stop().await;
+    let s = common::start_in(dir.path(), &[]).await;
+    let streamed = get(&s, "history/Anarchism").await.text().await.expect("body");
+    let lines: Vec<Value> = streamed.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(lines.len(), html.len());
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line["html"].as_str() == Some(html[i].as_str()), "revision {} reads back different", i + 1);
+    }
+}
+
 revstore_test_service::on_both_engines!(
     a_render_is_archived_once_and_read_in_every_part,
     a_whole_history_lists_streams_and_reads_back_identical,
