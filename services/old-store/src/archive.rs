@@ -267,17 +267,28 @@ impl Archive {
         let entry_len = entry.len() as i64;
         let entry = Arc::new(entry);
         for attempt in 0..MAX_SLOT_ATTEMPTS {
-            let page = self
+            // The state first, the revision's rows second, in two reads: a
+            // partition read need not be one snapshot of statics and rows (on
+            // Cassandra they are two queries). Read in this order, any render
+            // committed under the state seen is among the rows seen; one
+            // committed later moves `rev_count`, and the slot's LWT fails.
+            let state = TitleState::from_statics(self.title_state(domain, title).await?.as_ref());
+            let rows = self
                 .inner
                 .store
-                .read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(Slice::prefix([Value::from(rev.as_i64())])).limit(64))
-                .await?;
-            if page.rows.iter().any(|r| tid_value(r, "tid") == Some(tid)) {
+                .read(
+                    &ReadQuery::new(&ARCHIVE_META, key_values(domain, title))
+                        .slice(Slice::prefix([Value::from(rev.as_i64())]))
+                        .limit(64)
+                        .columns(["block", "slot"]),
+                )
+                .await?
+                .rows;
+            if rows.iter().any(|r| tid_value(r, "tid") == Some(tid)) {
                 return Ok(ArchiveOutcome::AlreadyStored);
             }
-            let state = TitleState::from_statics(page.statics.as_ref());
             match self.inner.policy {
-                UpdatePolicy::FirstRenderPerRevision if !page.rows.is_empty() => {
+                UpdatePolicy::FirstRenderPerRevision if !rows.is_empty() => {
                     return Ok(ArchiveOutcome::Skipped("the revision already has an archived render"));
                 }
                 UpdatePolicy::OnePer(interval) => {
@@ -359,6 +370,12 @@ impl Archive {
             return Ok(ArchiveOutcome::Stored);
         }
         Err(ApiError::unavailable(format!("{title}: too many concurrent writers, try again")))
+    }
+
+    /// The title's allocation state: the statics of `archive_meta`.
+    async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ApiError> {
+        let statics = ["rev_count", "open_block", "open_block_revisions", "open_block_bytes", "last_tid"];
+        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(1).columns(statics)).await?.statics)
     }
 
     /// Keeps the cache's copy of the open block in step with an append.
@@ -450,13 +467,22 @@ impl Archive {
     /// Reads a block partition and decodes it: the compacted frame (only as far
     /// as needed), then the chain of appended rows after it.
     pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ApiError> {
-        let mut query = ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values());
+        // Rows first, statics second, in two reads: a compaction between them
+        // only moves rows already read into the frame read after them. (The
+        // other order could miss rows compacted in between.)
+        let mut query = ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).columns(["rev", "content"]);
         if let Some(upto) = upto {
             query = query.slice(Slice::all().upper(Bound::Included(Value::from(upto))));
         }
         let page = self.inner.store.read(&query).await?;
-        let through = page.statics.as_ref().and_then(|s| s.bigint("compacted_through"));
-        let sealed = page.statics.as_ref().and_then(|s| s.blob("sealed")).map(<[u8]>::to_vec);
+        let statics = self
+            .inner
+            .store
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns(["sealed", "compacted_through"]))
+            .await?
+            .statics;
+        let through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
+        let sealed = statics.as_ref().and_then(|s| s.blob("sealed")).map(<[u8]>::to_vec);
 
         // The rows after the compacted part, one per slot below `committed`.
         let mut by_slot: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
