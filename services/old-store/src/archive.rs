@@ -569,22 +569,31 @@ impl Archive {
             .await?
             .statics;
         let committed = statics.and_then(|s| s.bigint("rev_count")).unwrap_or(0);
-        let page = self
+        let statics = self
             .inner
             .store
             .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns(["compacted_through", "compacted_level"]))
-            .await?;
-        let old_through = page.statics.as_ref().and_then(|s| s.bigint("compacted_through"));
-        let old_level = page.statics.as_ref().and_then(|s| s.bigint("compacted_level"));
-        let pending_rows = page.rows.iter().any(|r| r.bigint("slot").is_some_and(|s| old_through.is_none_or(|t| s > t) && s < committed));
+            .await?
+            .statics;
+        let old_through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
+        let old_level = statics.as_ref().and_then(|s| s.bigint("compacted_level"));
+        // Is any committed render left outside the frame? (Rows at or below
+        // `compacted_through` are leftovers of writers that lost their slot.)
+        let after_frame = old_through.map_or(Bound::Unbounded, |t| Bound::Excluded(Value::from(t)));
+        let next_row = self
+            .inner
+            .store
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).slice(Slice::all().lower(after_frame)).limit(1).columns(["rev"]))
+            .await?
+            .rows
+            .first()
+            .and_then(|r| r.bigint("slot"));
+        let pending_rows = next_row.is_some_and(|slot| slot < committed);
         if !pending_rows && old_level.is_some_and(|l| l >= i64::from(level)) {
             return Ok(CompactionOutcome::NothingToDo);
         }
         let decoded = self.decode_block(key, None, committed).await?;
         let Some(last) = decoded.entries.last().map(|e| e.slot) else { return Ok(CompactionOutcome::NothingToDo) };
-        if !pending_rows && old_level.is_some_and(|l| l >= i64::from(level)) {
-            return Ok(CompactionOutcome::NothingToDo);
-        }
         let raw = decoded.raw_bytes();
         let decoded = Arc::new(decoded);
         let frame = {
