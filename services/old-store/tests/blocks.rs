@@ -196,10 +196,10 @@ async fn a_leftover_row_neither_shows_nor_stalls_compaction(engine: Engine) {
     let archive = Archive::new(store.clone(), settings(1000, 1 << 30));
     let (d, t) = page("Leftover");
     let mut written = Vec::new();
-    for i in 0..3 {
+    for (i, h) in html.iter().enumerate().take(3) {
         let tid = Tid::now();
-        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(&html[i])).await.expect("archive");
-        written.push((1 + i as u64, tid, html[i].clone()));
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(h)).await.expect("archive");
+        written.push((1 + i as u64, tid, h.clone()));
     }
     let key = BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block: 0 };
     assert_compacted(archive.compact(&key, 19).await.expect("compact"), 3);
@@ -212,10 +212,10 @@ async fn a_leftover_row_neither_shows_nor_stalls_compaction(engine: Engine) {
         )
         .await
         .expect("write");
-    for i in 3..5 {
+    for (i, h) in html.iter().enumerate().take(5).skip(3) {
         let tid = Tid::now();
-        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(&html[i])).await.expect("archive");
-        written.push((1 + i as u64, tid, html[i].clone()));
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(h)).await.expect("archive");
+        written.push((1 + i as u64, tid, h.clone()));
     }
     assert_reads_back(&store, settings(1000, 1 << 30), "Leftover", &written).await;
     assert_compacted(archive.compact(&key, 19).await.expect("compact"), 5);
