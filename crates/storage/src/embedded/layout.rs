@@ -8,11 +8,12 @@
 //! expired or deleted); an index on it makes purges cheap. Static columns live
 //! in `t$static`, keyed by the token and the partition key.
 //!
-//! Both are clustered tables (`WITHOUT ROWID`) whose primary key starts with
-//! the token, as Cassandra lays partitions out: a partition's rows are stored
-//! together in clustering order, a token-range scan walks the table in order,
-//! and no secondary index repeats the key of every row. Every lookup names the
-//! token, which is computed from the partition key. Row, range and partition
+//! Row tables are clustered (`WITHOUT ROWID`) with a primary key that starts
+//! with the token, as Cassandra lays partitions out: a partition's rows are
+//! stored together in clustering order, a token-range scan walks the table in
+//! order, and no secondary index repeats the key of every row. Static tables
+//! have the same primary key on a rowid table (see `create_statements`).
+//! Every lookup names the token, which is computed from the partition key. Row, range and partition
 //! deletes are recorded in `$tombstones` so that a write with an older timestamp
 //! arriving later stays deleted, until the tombstone's grace period ends.
 //! `$tables` keeps the declaration each table was created from, so a changed
@@ -137,7 +138,11 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
         cols.push("\"$purge\" INTEGER".into());
         cols.push(format!("PRIMARY KEY (\"$token\", {pk_list})"));
         let st = static_table(t);
-        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(&st), cols.join(", ")));
+        // A rowid table, unlike the rows': one row per partition makes its key
+        // index cheap, and a table leaf keeps up to ~4 KB of a row in place
+        // where an index leaf keeps ~1 KB, so a large static blob (old-store's
+        // sealed block) needs fewer overflow pages.
+        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&st), cols.join(", ")));
         stmts.push(format!(
             "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
             q(&format!("{st}$by_purge")),
