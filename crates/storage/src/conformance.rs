@@ -123,6 +123,7 @@ macro_rules! conformance_suite {
             paging_resumes_exactly_while_rows_are_inserted,
             page_tokens_are_bound_to_their_listing,
             last_write_wins_by_timestamp_in_any_arrival_order,
+            cells_keep_their_timestamps_when_a_row_is_partly_rewritten,
             equal_timestamps_resolve_as_cassandra_does,
             range_tombstones_shadow_older_writes_but_not_newer,
             partition_and_row_deletes,
@@ -347,6 +348,31 @@ pub async fn last_write_wins_by_timestamp_in_any_arrival_order(s: &Subject) {
     assert_eq!(kv_value(&s.store, "d").await, None);
     s.store.write(kv("d", "late", 5_500)).await.expect("write");
     assert_eq!(kv_value(&s.store, "d").await, None, "a write older than the delete came back");
+}
+
+pub async fn cells_keep_their_timestamps_when_a_row_is_partly_rewritten(s: &Subject) {
+    let row = || Upsert::new(&KV, [text("partial")]);
+    let get = || async { s.store.get(&KV, vec![text("partial")], None).await.expect("get") };
+    let cells = |r: Option<Row>| r.map(|r| (r.text("v").map(str::to_owned), r.bigint("n")));
+    // Written whole at 1_000, then n alone at 3_000: v is still a 1_000 cell.
+    s.store.write(row().set("v", "at 1000").set("n", 1i64).timestamp(1_000)).await.expect("write");
+    s.store.write(row().set("n", 3i64).timestamp(3_000)).await.expect("write");
+    s.store.write(row().set("v", "at 2000").timestamp(2_000)).await.expect("write");
+    assert_eq!(cells(get().await), Some((Some("at 2000".into()), Some(3))), "v took the row's newer timestamp");
+    s.store.write(row().set("n", 2i64).timestamp(1_500)).await.expect("write");
+    assert_eq!(cells(get().await), Some((Some("at 2000".into()), Some(3))), "an older n won");
+    // A delete between the cells' timestamps takes v and leaves n and the row.
+    s.store.write(Delete::partition(&KV, [text("partial")]).timestamp(2_500)).await.expect("delete");
+    assert_eq!(cells(get().await), Some((None, Some(3))));
+    // A cell written with a timestamp older than the row's keeps its own.
+    s.store.write(row().set("v", "at 2700").timestamp(2_700)).await.expect("write");
+    assert_eq!(cells(get().await), Some((Some("at 2700".into()), Some(3))));
+    s.store.write(Delete::partition(&KV, [text("partial")]).timestamp(2_800)).await.expect("delete");
+    assert_eq!(cells(get().await), Some((None, Some(3))), "v outlived a newer delete");
+    // Once nothing of the partition is left, scans do not list it.
+    s.store.write(Delete::partition(&KV, [text("partial")]).timestamp(3_000)).await.expect("delete");
+    assert_eq!(get().await, None);
+    assert!(scan_all(&s.store, &KV, 50).await.iter().all(|p| p.key != vec![text("partial")]), "a deleted partition was scanned");
 }
 
 pub async fn equal_timestamps_resolve_as_cassandra_does(s: &Subject) {

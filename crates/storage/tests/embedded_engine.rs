@@ -1,6 +1,6 @@
 //! Behaviour of the embedded engine beyond the conformance suite: space really
 //! comes back after TTL expiry, the data directory is exclusive, data survives a
-//! reopen, and a changed table declaration is refused.
+//! reopen, and a changed table declaration or an older layout is refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,6 +91,10 @@ async fn ttl_expiry_gives_disk_space_back() {
     assert!(stats.bytes_freed >= 20 * 1024 * 1024, "{stats:?}");
     let kept = store.read(&ReadQuery::new(&BLOBS, [Value::from("keep")])).await.expect("read");
     assert_eq!(kept.rows.len(), 16);
+    // The expired partition left the registry with its last row.
+    let db = rusqlite::Connection::open(dir.path().join("revstore.db")).expect("inspect");
+    let partitions: i64 = db.query_row("SELECT count(*) FROM \"blobs$partitions\"", [], |r| r.get(0)).expect("count");
+    assert_eq!(partitions, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,5 +147,22 @@ async fn a_changed_declaration_is_refused() {
     match store.ensure_tables(&[&BLOBS_CHANGED]).await {
         Err(StoreError::SchemaMismatch(msg)) => assert!(msg.contains("blobs"), "{msg}"),
         other => panic!("expected a schema mismatch, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_another_layout_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    {
+        let store = open(dir.path(), &clock);
+        store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    }
+    // As a build with the previous layout (version 1, no registry) left it.
+    rusqlite::Connection::open(dir.path().join("revstore.db")).expect("db").execute_batch("PRAGMA user_version = 1").expect("downgrade");
+    let store = open(dir.path(), &clock);
+    match store.ensure_tables(&[&BLOBS]).await {
+        Err(StoreError::SchemaMismatch(msg)) => assert!(msg.contains("layout 1"), "{msg}"),
+        other => panic!("an older layout was accepted: {other:?}"),
     }
 }

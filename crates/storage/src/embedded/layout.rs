@@ -1,23 +1,34 @@
 //! How a declared table is laid out in SQLite.
 //!
-//! For a table `t`, SQLite table `t` holds the rows: the partition's Murmur3
-//! token (`$token`), the key columns, the row's liveness marker
-//! (`$ts`, `$exp`), and for each regular column `c` its value, write timestamp
-//! and expiry (`c`, `c$ts`, `c$exp`), so last-write-wins and TTL work per cell as
-//! in Cassandra. `$purge` is when the whole row may be dropped (every part of it
-//! expired or deleted); an index on it makes purges cheap. Static columns live
-//! in `t$static`, keyed by the token and the partition key.
+//! A declared table `t` becomes two SQLite tables:
 //!
-//! Row tables are clustered (`WITHOUT ROWID`) with a primary key that starts
-//! with the token, as Cassandra lays partitions out: a partition's rows are
-//! stored together in clustering order, a token-range scan walks the table in
-//! order, and no secondary index repeats the key of every row. Static tables
-//! have the same primary key on a rowid table (see `create_statements`).
-//! Every lookup names the token, which is computed from the partition key. Row, range and partition
-//! deletes are recorded in `$tombstones` so that a write with an older timestamp
-//! arriving later stays deleted, until the tombstone's grace period ends.
-//! `$tables` keeps the declaration each table was created from, so a changed
-//! declaration (even one SQLite cannot see, like a clustering order) is refused.
+//! - `t$partitions`, the partition registry: one row per partition, holding
+//!   its Murmur3 token (`$token`), its partition key, a small local id
+//!   (`pid`), and the partition's static cells. A unique index on
+//!   (token, key) finds a partition and walks partitions in token order, as a
+//!   Cassandra token-range scan does.
+//! - `t`, the rows, clustered (`WITHOUT ROWID`) by (`pid`, clustering
+//!   columns): a partition's rows are stored together in clustering order, and
+//!   the partition key is stored once in the registry, not again in every row
+//!   (for old-store's index of revisions, title and domain would otherwise be
+//!   most of each row).
+//!
+//! Every row and static row carries, for each column `c`, its value, write
+//! timestamp and expiry (`c`, `c$ts`, `c$exp`), so last-write-wins and TTL
+//! work per cell as in Cassandra; a row also has a liveness marker (`$ts`,
+//! `$exp`). A live cell of a row written with the row's marker timestamp stores
+//! `c$ts` as NULL and means "the marker's"; as most rows are written whole,
+//! this saves a timestamp per cell. Tombstone cells (value NULL) always store
+//! their timestamp. `$purge` is when the whole row may be dropped (every part
+//! of it expired or deleted); an index on it makes purges cheap.
+//!
+//! A registry row is kept while rows refer to its `pid` (ids are reused only
+//! after that), and removed when its partition has neither rows nor static
+//! cells left. Row, range and partition deletes are recorded in `$tombstones`
+//! so that a write with an older timestamp arriving later stays deleted, until
+//! the tombstone's grace period ends. `$tables` keeps the declaration each table
+//! was created from, so a changed declaration (even one SQLite cannot see, like
+//! a clustering order) is refused; `PRAGMA user_version` names the layout.
 //!
 //! A cell's `c$exp` means: for a live value, when it expires (NULL: never); for a
 //! deleted value (value NULL, `c$ts` set), when its tombstone may be purged.
@@ -41,9 +52,22 @@ pub(crate) fn q(identifier: &str) -> String {
     format!("\"{}\"", identifier.replace('"', "\"\""))
 }
 
-pub(crate) fn static_table(t: &TableDef) -> String {
-    format!("{}$static", t.name)
+/// The version of this layout, kept in `PRAGMA user_version`: a database made
+/// by a build with another layout is refused rather than misread.
+pub(crate) const LAYOUT_VERSION: i64 = 2;
+
+/// The partition registry of `t`: partition keys, their ids, static cells.
+pub(crate) fn registry_table(t: &TableDef) -> String {
+    registry_of(t.name)
 }
+
+/// The partition registry of the rows table named `table`.
+pub(crate) fn registry_of(table: &str) -> String {
+    format!("{table}$partitions")
+}
+
+/// The local id of a partition in the rows table.
+pub(crate) const PID: &str = "pid";
 
 pub(crate) fn ts_col(c: &Column) -> String {
     q(&format!("{}$ts", c.name))
@@ -93,7 +117,18 @@ impl CellTable {
     }
 
     pub fn statics(def: &'static TableDef) -> Self {
-        CellTable { def, name: static_table(def), cols: static_cols(def), marker: false }
+        CellTable { def, name: registry_table(def), cols: static_cols(def), marker: false }
+    }
+
+    /// The columns of the SQLite key one row is written under: the partition's
+    /// id and the clustering columns for rows, the token and the partition key
+    /// (a unique key of the registry) for statics.
+    pub fn key_columns(&self) -> Vec<String> {
+        if self.marker {
+            std::iter::once(PID.to_owned()).chain(ck_cols(self.def).into_iter().map(|(c, _)| c.name.to_owned())).collect()
+        } else {
+            std::iter::once("$token".to_owned()).chain(pk_cols(self.def).into_iter().map(|c| c.name.to_owned())).collect()
+        }
     }
 }
 
@@ -104,51 +139,44 @@ pub(crate) fn partition_token(partition: &[Value]) -> i64 {
     murmur3_token(&composite_key_bytes(&refs))
 }
 
-/// The `CREATE` statements for a table: its row table, statics table and indexes.
+/// The `CREATE` statements for a table: its partition registry, rows table and indexes.
 pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
+    let cells = |cols: Vec<&Column>| -> Vec<String> {
+        cols.into_iter()
+            .flat_map(|c| {
+                [format!("{} {}", q(c.name), sql_type(c.ty)), format!("{} INTEGER", ts_col(c)), format!("{} INTEGER", exp_col(c))]
+            })
+            .collect()
+    };
+    let not_null = |c: &Column| format!("{} {} NOT NULL", q(c.name), sql_type(c.ty));
+    let purge_index = |table: &str| {
+        format!("CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL", q(&format!("{table}$by_purge")), q(table))
+    };
     let mut stmts = Vec::new();
-    let key: Vec<&Column> = pk_cols(t).into_iter().chain(ck_cols(t).into_iter().map(|(c, _)| c)).collect();
-    let key_list = key.iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+
+    // A rowid table: `pid` is the rowid. A table leaf keeps up to ~4 KB of a
+    // row in place where an index leaf keeps ~1 KB, so a large static blob
+    // (old-store's sealed block) needs fewer overflow pages.
+    let registry = registry_table(t);
     let pk_list = pk_cols(t).iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
-    let mut cols: Vec<String> = key.iter().map(|c| format!("{} {} NOT NULL", q(c.name), sql_type(c.ty))).collect();
-    cols.push("\"$token\" INTEGER NOT NULL".into());
+    let mut cols = vec![format!("{} INTEGER PRIMARY KEY", q(PID)), "\"$token\" INTEGER NOT NULL".to_owned()];
+    cols.extend(pk_cols(t).into_iter().map(not_null));
+    cols.extend(cells(static_cols(t)));
+    cols.push("\"$purge\" INTEGER".into());
+    cols.push(format!("UNIQUE (\"$token\", {pk_list})"));
+    stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&registry), cols.join(", ")));
+    stmts.push(purge_index(&registry));
+
+    let key: Vec<String> = std::iter::once(q(PID)).chain(ck_cols(t).into_iter().map(|(c, _)| q(c.name))).collect();
+    let mut cols = vec![format!("{} INTEGER NOT NULL", q(PID))];
+    cols.extend(ck_cols(t).into_iter().map(|(c, _)| not_null(c)));
     cols.push("\"$ts\" INTEGER".into());
     cols.push("\"$exp\" INTEGER".into());
-    for c in regular_cols(t) {
-        cols.push(format!("{} {}", q(c.name), sql_type(c.ty)));
-        cols.push(format!("{} INTEGER", ts_col(c)));
-        cols.push(format!("{} INTEGER", exp_col(c)));
-    }
+    cols.extend(cells(regular_cols(t)));
     cols.push("\"$purge\" INTEGER".into());
-    cols.push(format!("PRIMARY KEY (\"$token\", {key_list})"));
+    cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
     stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(t.name), cols.join(", ")));
-    stmts.push(format!(
-        "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
-        q(&format!("{}$by_purge", t.name)),
-        q(t.name)
-    ));
-    if t.has_statics() {
-        let mut cols: Vec<String> = pk_cols(t).iter().map(|c| format!("{} {} NOT NULL", q(c.name), sql_type(c.ty))).collect();
-        cols.push("\"$token\" INTEGER NOT NULL".into());
-        for c in static_cols(t) {
-            cols.push(format!("{} {}", q(c.name), sql_type(c.ty)));
-            cols.push(format!("{} INTEGER", ts_col(c)));
-            cols.push(format!("{} INTEGER", exp_col(c)));
-        }
-        cols.push("\"$purge\" INTEGER".into());
-        cols.push(format!("PRIMARY KEY (\"$token\", {pk_list})"));
-        let st = static_table(t);
-        // A rowid table, unlike the rows': one row per partition makes its key
-        // index cheap, and a table leaf keeps up to ~4 KB of a row in place
-        // where an index leaf keeps ~1 KB, so a large static blob (old-store's
-        // sealed block) needs fewer overflow pages.
-        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&st), cols.join(", ")));
-        stmts.push(format!(
-            "CREATE INDEX IF NOT EXISTS {} ON {} (\"$purge\") WHERE \"$purge\" IS NOT NULL",
-            q(&format!("{st}$by_purge")),
-            q(&st)
-        ));
-    }
+    stmts.push(purge_index(t.name));
     stmts
 }
 
@@ -324,6 +352,26 @@ impl CellMeta {
             (a, b) => a.is_some() && b.is_none(),
         }
     }
+}
+
+/// A stored cell's write metadata, from its columns as read (is the value
+/// NULL, `c$ts`, `c$exp`) and its row's marker timestamp, which a live cell
+/// with no timestamp of its own was written with. The flag says the timestamp
+/// is the marker's (see the module notes). `None`: no cell.
+pub(crate) fn stored_cell(
+    value_is_null: bool,
+    ts: Option<i64>,
+    exp: Option<i64>,
+    marker_ts: Option<i64>,
+) -> StoreResult<Option<(CellMeta, bool)>> {
+    Ok(match (ts, value_is_null) {
+        (Some(ts), tombstone) => Some((CellMeta { ts, exp, tombstone }, false)),
+        (None, true) => None,
+        (None, false) => {
+            let ts = marker_ts.ok_or_else(|| StoreError::Corrupt("a cell takes its timestamp from a row marker that is gone".into()))?;
+            Some((CellMeta { ts, exp, tombstone: false }, true))
+        }
+    })
 }
 
 /// When a row whose parts carry this metadata may be dropped: never while any

@@ -6,7 +6,7 @@ use revstore_schema::{Column, Order, TableDef};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params_from_iter};
 
-use super::layout::{ck_cols, exp_col, from_sql, partition_token, pk_cols, q, regular_cols, static_cols, static_table, to_sql};
+use super::layout::{PID, ck_cols, exp_col, from_sql, partition_token, pk_cols, q, registry_table, regular_cols, static_cols, to_sql};
 use crate::error::StoreResult;
 use crate::ops::{ReadOrder, ReadQuery, ScannedPartition, Slice};
 use crate::value::{Row, Value};
@@ -35,12 +35,20 @@ impl Sql {
         self.push(&parts.join(" AND "));
     }
 
-    /// `"$token" = ?1 AND "a" = ?2 ...`: one partition, found by its token first
-    /// (the tables are clustered by token).
-    pub fn partition_eq(&mut self, t: &TableDef, partition: &[Value]) {
+    /// `"$token" = ?1 AND "a" = ?2 ...`: one partition's row in the registry,
+    /// found by its token first (the registry's unique key starts with it).
+    pub fn registry_eq(&mut self, t: &TableDef, partition: &[Value]) {
         let token = self.bind(SqlValue::Integer(partition_token(partition)));
         self.push(&format!("\"$token\" = {token} AND "));
         self.key_eq(&pk_cols(t), partition);
+    }
+
+    /// `"pid" = (SELECT "pid" FROM "t$partitions" WHERE ...)`: one partition's
+    /// rows, by the id the registry gives its key.
+    pub fn partition_eq(&mut self, t: &TableDef, partition: &[Value]) {
+        self.push(&format!("{pid} = (SELECT {pid} FROM {} WHERE ", q(&registry_table(t)), pid = q(PID)));
+        self.registry_eq(t, partition);
+        self.push(")");
     }
 
     /// ` AND ...` restricting the clustering columns to a slice.
@@ -115,13 +123,16 @@ fn order_by(t: &TableDef, order: ReadOrder) -> String {
 pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Value]>, now: i64) -> StoreResult<(Vec<Row>, Option<Row>)> {
     let t = query.table;
     let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
-    let key: Vec<&Column> = pk_cols(t).into_iter().chain(ck_cols(t).into_iter().map(|(c, _)| c)).collect();
+    let ck: Vec<&Column> = ck_cols(t).into_iter().map(|(c, _)| c).collect();
+    let partition_cells: Vec<(&'static str, Value)> = pk_cols(t).iter().map(|c| c.name).zip(query.partition.iter().cloned()).collect();
     let regular = regular_cols(t);
     let projected: Vec<&Column> = regular.iter().copied().filter(|c| wanted(c)).collect();
 
     let mut sql = Sql::default();
     let now_p = sql.bind(SqlValue::Integer(now));
-    let mut select: Vec<String> = key.iter().map(|c| q(c.name)).collect();
+    // The partition key is not stored with the rows: it is the one asked for.
+    let mut select: Vec<String> = vec!["1".into()];
+    select.extend(ck.iter().map(|c| q(c.name)));
     select.extend(projected.iter().map(|c| live_value(c, &now_p)));
     sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(t.name)));
     sql.partition_eq(t, &query.partition);
@@ -139,9 +150,10 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
     let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
-        let mut cells = Vec::with_capacity(key.len() + projected.len());
-        for (i, c) in key.iter().chain(projected.iter()).enumerate() {
-            cells.push((c.name, from_sql(c.ty, r.get_ref(i)?)?));
+        let mut cells = Vec::with_capacity(partition_cells.len() + ck.len() + projected.len());
+        cells.extend(partition_cells.iter().cloned());
+        for (i, c) in ck.iter().chain(projected.iter()).enumerate() {
+            cells.push((c.name, from_sql(c.ty, r.get_ref(i + 1)?)?));
         }
         out.push(Row::new(cells));
     }
@@ -155,8 +167,8 @@ pub(crate) fn read_statics(conn: &Connection, t: &TableDef, partition: &[Value],
     let mut sql = Sql::default();
     let now_p = sql.bind(SqlValue::Integer(now));
     let select: Vec<String> = cols.iter().map(|c| live_value(c, &now_p)).collect();
-    sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(&static_table(t))));
-    sql.partition_eq(t, partition);
+    sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(&registry_table(t))));
+    sql.registry_eq(t, partition);
     let mut stmt = conn.prepare_cached(&sql.text)?;
     let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
     let Some(r) = rows.next()? else { return Ok(None) };
@@ -187,21 +199,21 @@ pub(crate) fn scan_partitions(
             format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", "))
         }
     };
-    let mut parts = vec![format!(
-        "SELECT DISTINCT \"$token\", {pk_list} FROM {} WHERE {}{after_cond}",
-        q(t.name),
-        live_condition(&regular_cols(t), true, &now_p)
-    )];
-    if t.has_statics() {
-        parts.push(format!(
-            "SELECT \"$token\", {pk_list} FROM {} WHERE {}{after_cond}",
-            q(&static_table(t)),
-            live_condition(&static_cols(t), false, &now_p)
-        ));
-    }
-    let order: Vec<String> = (1..=pk.len() + 1).map(|i| i.to_string()).collect();
+    // A partition is listed when a static cell or a row of it is alive.
+    let has_live_row = format!(
+        "EXISTS (SELECT 1 FROM {rows} WHERE {rows}.{pid} = p.{pid} AND {})",
+        live_condition(&regular_cols(t), true, &now_p),
+        rows = q(t.name),
+        pid = q(PID)
+    );
+    let order: Vec<String> = std::iter::once("\"$token\"".to_owned()).chain(pk.iter().map(|c| q(c.name))).collect();
     let limit_p = sql.bind(SqlValue::Integer(limit as i64 + 1));
-    sql.push(&format!("{} ORDER BY {} LIMIT {limit_p}", parts.join(" UNION "), order.join(", ")));
+    sql.push(&format!(
+        "SELECT \"$token\", {pk_list} FROM {} AS p WHERE ({} OR {has_live_row}){after_cond} ORDER BY {} LIMIT {limit_p}",
+        q(&registry_table(t)),
+        live_condition(&static_cols(t), false, &now_p),
+        order.join(", ")
+    ));
     let mut stmt = conn.prepare_cached(&sql.text)?;
     let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
     let mut out = Vec::new();

@@ -7,6 +7,7 @@
 //! job that fails rolls back to its savepoint without touching the others. A
 //! caller is answered `Ok` only after the commit that holds its write.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -17,8 +18,8 @@ use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use tokio::sync::oneshot;
 
 use super::layout::{
-    CellMeta, CellTable, ENGINE_TABLES_DDL, ck_cols, create_statements, decode_slice, encode_slice, exp_col, from_sql, partition_token,
-    pk_cols, purge_time, q, regular_cols, static_cols, to_sql, ts_col,
+    CellMeta, CellTable, ENGINE_TABLES_DDL, LAYOUT_VERSION, PID, ck_cols, create_statements, decode_slice, encode_slice, exp_col, from_sql,
+    partition_token, pk_cols, purge_time, q, registry_of, registry_table, regular_cols, static_cols, stored_cell, to_sql, ts_col,
 };
 use super::query::{Sql, read_statics};
 use crate::clock::Clock;
@@ -142,6 +143,15 @@ impl Writer {
     fn ensure(&mut self, tables: &[&'static TableDef]) -> StoreResult<()> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = (|| {
+            let layout: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let in_use: bool = self.conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE name = '$tables'", [], |r| r.get(0))?;
+            if in_use && layout != LAYOUT_VERSION {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "the database has embedded layout {layout}, this build reads layout {LAYOUT_VERSION}; \
+                     start from an empty data directory (re-import old-store's history with revstore-import-dump)"
+                )));
+            }
+            self.conn.execute_batch(&format!("PRAGMA user_version = {LAYOUT_VERSION}"))?;
             for ddl in ENGINE_TABLES_DDL {
                 self.conn.execute_batch(ddl)?;
             }
@@ -217,33 +227,69 @@ impl Writer {
             let rows = CellTable::rows(t);
             let cells = cells_of(&rows, &u.cells, cell_meta);
             let marker = CellMeta { ts, exp, tombstone: false };
-            self.merge_cells(&rows, &u.key, token, Some(marker), cells)?;
+            let pid = self.partition_id(t, partition, token)?;
+            let key: Vec<Value> = std::iter::once(Value::BigInt(pid)).chain(clustering.iter().cloned()).collect();
+            self.merge_cells(&rows, &key, Some(marker), cells)?;
         }
         let statics = CellTable::statics(t);
         let static_cells = cells_of(&statics, &u.cells, cell_meta);
         if !static_cells.is_empty() && !shadows.iter().any(Option::is_none) {
-            self.merge_cells(&statics, partition, token, None, static_cells)?;
+            let key: Vec<Value> = std::iter::once(Value::BigInt(token)).chain(partition.iter().cloned()).collect();
+            self.merge_cells(&statics, &key, None, static_cells)?;
         }
         Ok(())
     }
 
+    /// The registry id of a partition, registering the partition if it is new.
+    fn partition_id(&mut self, t: &TableDef, partition: &[Value], token: i64) -> StoreResult<i64> {
+        let registry = q(&registry_table(t));
+        let pk: Vec<&Column> = pk_cols(t);
+        let mut sql = Sql::default();
+        sql.push(&format!("SELECT {} FROM {registry} WHERE ", q(PID)));
+        sql.registry_eq(t, partition);
+        let found: Option<i64> =
+            self.conn.prepare_cached(&sql.text)?.query_row(params_from_iter(sql.params.iter()), |r| r.get(0)).optional()?;
+        if let Some(pid) = found {
+            return Ok(pid);
+        }
+        let mut sql = Sql::default();
+        let mut values = vec![sql.bind(SqlValue::Integer(token))];
+        values.extend(partition.iter().map(|v| sql.bind(to_sql(v))));
+        let names: Vec<String> = std::iter::once("\"$token\"".to_owned()).chain(pk.iter().map(|c| q(c.name))).collect();
+        sql.push(&format!("INSERT INTO {registry} ({}) VALUES ({})", names.join(", "), values.join(", ")));
+        self.conn.prepare_cached(&sql.text)?.execute(params_from_iter(sql.params.iter()))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Drops a partition's registry row once it has neither static cells nor
+    /// rows. `table` is the rows table; `statics` names its static columns.
+    fn forget_if_empty(&mut self, table: &str, statics: &[String], pid: i64) -> StoreResult<()> {
+        let no_statics: Vec<String> = statics.iter().map(|c| format!("{} IS NULL", q(&format!("{c}$ts")))).collect();
+        let no_statics = if no_statics.is_empty() { "1".to_owned() } else { no_statics.join(" AND ") };
+        let sql = format!(
+            "DELETE FROM {} WHERE {pid} = ?1 AND {no_statics} AND NOT EXISTS (SELECT 1 FROM {} WHERE {pid} = ?1)",
+            q(&registry_of(table)),
+            q(table),
+            pid = q(PID)
+        );
+        self.conn.prepare_cached(&sql)?.execute([pid])?;
+        Ok(())
+    }
+
     /// Writes the cells that win against what is stored (per-cell last write wins).
+    /// `key` is the SQLite key of `table` (see [`CellTable::key_columns`]);
     /// `cells` are (index in `table.cols`, value, metadata).
     fn merge_cells(
         &mut self,
         table: &CellTable,
         key: &[Value],
-        token: i64,
         marker: Option<CellMeta>,
         cells: Vec<(usize, &Value, CellMeta)>,
     ) -> StoreResult<()> {
         let cols = &table.cols;
-        let key_cols = self.key_columns(&table.name, key.len() + 1)?;
-        // Every table's primary key starts with the partition's token.
-        let key: Vec<Value> = std::iter::once(Value::BigInt(token)).chain(key.iter().cloned()).collect();
-        let key = key.as_slice();
+        let key_cols = table.key_columns();
         let existing = self.load_meta(table, &key_cols, key)?;
-        let (mut old_marker, mut old_cells) = existing.unwrap_or((None, vec![None; cols.len()]));
+        let (old_marker, mut old_cells) = existing.unwrap_or((None, vec![None; cols.len()]));
         let marker_wins = match (marker, old_marker) {
             (Some(new), Some(old)) => new.marker_supersedes(&old),
             (Some(_), None) => true,
@@ -253,23 +299,24 @@ impl Writer {
         for (i, value, meta) in cells {
             let wins = match old_cells[i] {
                 None => true,
-                Some(old) => meta.supersedes(&old, || {
+                Some((old, _)) => meta.supersedes(&old, || {
                     let stored = self.load_value(&table.name, &key_cols, key, cols[i]).unwrap_or(Value::Null);
                     value.cql_bytes().cmp(&stored.cql_bytes())
                 }),
             };
             if wins {
-                old_cells[i] = Some(meta);
+                old_cells[i] = None;
                 winners.push((i, value, meta));
             }
-        }
-        if marker_wins {
-            old_marker = marker;
         }
         if winners.is_empty() && !marker_wins {
             return Ok(());
         }
-        let purge = purge_time(old_marker.iter().chain(old_cells.iter().flatten()));
+        let new_marker = if marker_wins { marker } else { old_marker };
+        // A live cell written at the marker's timestamp does not store its own.
+        let implicit = |meta: &CellMeta| table.marker && !meta.tombstone && new_marker.is_some_and(|m| m.ts == meta.ts);
+        let purge =
+            purge_time(new_marker.iter().chain(old_cells.iter().flatten().map(|(m, _)| m)).chain(winners.iter().map(|(_, _, m)| m)));
 
         let mut sql = Sql::default();
         let mut names: Vec<String> = key_cols.iter().map(|c| q(c)).collect();
@@ -290,8 +337,16 @@ impl Writer {
                 names.push(name);
             }
             values.push(sql.bind(to_sql(value)));
-            values.push(sql.bind(SqlValue::Integer(meta.ts)));
+            values.push(sql.bind(if implicit(meta) { SqlValue::Null } else { SqlValue::Integer(meta.ts) }));
             values.push(sql.bind(meta.exp.map_or(SqlValue::Null, SqlValue::Integer)));
+        }
+        // Cells that kept the old marker's timestamp keep it, now explicitly.
+        for (c, old) in cols.iter().zip(&old_cells) {
+            if let Some((meta, true)) = old
+                && !implicit(meta)
+            {
+                updates.push(format!("{} = {}", ts_col(c), sql.bind(SqlValue::Integer(meta.ts))));
+            }
         }
         names.push("\"$purge\"".into());
         values.push(sql.bind(purge.map_or(SqlValue::Null, SqlValue::Integer)));
@@ -308,30 +363,15 @@ impl Writer {
         Ok(())
     }
 
-    /// The names of the primary key columns of SQLite table `table` (rows or
-    /// statics): the token, then the declared key.
-    fn key_columns(&self, table: &str, len: usize) -> StoreResult<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached("SELECT name FROM pragma_table_info(?1) WHERE pk > 0 ORDER BY pk")?;
-        let names: Vec<String> = stmt.query_map([table], |r| r.get(0))?.collect::<Result<_, _>>()?;
-        if names.first().map(String::as_str) != Some("$token") && !names.is_empty() {
-            return Err(StoreError::SchemaMismatch(format!(
-                "table {table} has the embedded layout of an older revstore build; start from an empty data directory"
-            )));
-        }
-        if names.len() != len {
-            return Err(StoreError::SchemaMismatch(format!("table {table} is missing or has another key")));
-        }
-        Ok(names)
-    }
-
-    /// The stored write metadata of one row: its marker and each cell's.
+    /// The stored write metadata of one row: its marker and each cell's, with
+    /// whether the cell's timestamp is the marker's.
     #[allow(clippy::type_complexity)]
     fn load_meta(
         &self,
         table: &CellTable,
         key_cols: &[String],
         key: &[Value],
-    ) -> StoreResult<Option<(Option<CellMeta>, Vec<Option<CellMeta>>)>> {
+    ) -> StoreResult<Option<(Option<CellMeta>, Vec<Option<(CellMeta, bool)>>)>> {
         let cols = &table.cols;
         let mut select = vec!["\"$ts\"".to_owned(), "\"$exp\"".to_owned()];
         if !table.marker {
@@ -346,26 +386,16 @@ impl Writer {
         let cond: Vec<String> = key_cols.iter().zip(key).map(|(c, v)| format!("{} = {}", q(c), sql.bind(to_sql(v)))).collect();
         sql.push(&format!("SELECT {} FROM {} WHERE {}", select.join(", "), q(&table.name), cond.join(" AND ")));
         let mut stmt = self.conn.prepare_cached(&sql.text)?;
-        let found = stmt
-            .query_row(params_from_iter(sql.params.iter()), |r| {
-                let marker = r
-                    .get::<_, Option<i64>>(0)?
-                    .map(|ts| Ok::<_, rusqlite::Error>(CellMeta { ts, exp: r.get(1)?, tombstone: false }))
-                    .transpose()?;
-                let mut cells = Vec::with_capacity(cols.len());
-                for i in 0..cols.len() {
-                    let base = 2 + i * 3;
-                    let is_null: bool = r.get(base)?;
-                    cells.push(
-                        r.get::<_, Option<i64>>(base + 1)?
-                            .map(|ts| Ok::<_, rusqlite::Error>(CellMeta { ts, exp: r.get(base + 2)?, tombstone: is_null }))
-                            .transpose()?,
-                    );
-                }
-                Ok((marker, cells))
-            })
-            .optional()?;
-        Ok(found)
+        let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+        let Some(r) = rows.next()? else { return Ok(None) };
+        let marker_ts: Option<i64> = r.get(0)?;
+        let marker = marker_ts.map(|ts| Ok::<_, rusqlite::Error>(CellMeta { ts, exp: r.get(1)?, tombstone: false })).transpose()?;
+        let mut cells = Vec::with_capacity(cols.len());
+        for i in 0..cols.len() {
+            let base = 2 + i * 3;
+            cells.push(stored_cell(r.get(base)?, r.get(base + 1)?, r.get(base + 2)?, marker_ts)?);
+        }
+        Ok(Some((marker, cells)))
     }
 
     fn load_value(&self, table: &str, key_cols: &[String], key: &[Value], col: &Column) -> StoreResult<Value> {
@@ -398,11 +428,21 @@ impl Writer {
         if slice.is_none() && t.has_statics() {
             self.delete_cells(&CellTable::statics(t), &d.partition, None, ts)?;
         }
+        let mut sql = Sql::default();
+        sql.push(&format!("SELECT {} FROM {} WHERE ", q(PID), q(&registry_table(t))));
+        sql.registry_eq(t, &d.partition);
+        let pid: Option<i64> =
+            self.conn.prepare_cached(&sql.text)?.query_row(params_from_iter(sql.params.iter()), |r| r.get(0)).optional()?;
+        if let Some(pid) = pid {
+            let statics: Vec<String> = static_cols(t).iter().map(|c| c.name.to_owned()).collect();
+            self.forget_if_empty(t.name, &statics, pid)?;
+        }
         self.record_tombstone(t, &d.partition, slice, ts, purge)
     }
 
     /// Removes every cell (and marker) written at or before `ts` in the slice:
-    /// whole rows where nothing newer remains, single cells elsewhere.
+    /// whole rows where nothing newer remains, single cells elsewhere. The
+    /// statics' registry row stays (rows may refer to it) with its cells cleared.
     fn delete_cells(&mut self, table: &CellTable, partition: &[Value], slice: Option<&Slice>, ts: i64) -> StoreResult<()> {
         let (t, cols, marker) = (table.def, &table.cols, table.marker);
         let table = table.name.as_str();
@@ -411,22 +451,29 @@ impl Writer {
             ts_cols.push("\"$ts\"".into());
         }
         let where_clause = |sql: &mut Sql| {
-            sql.partition_eq(t, partition);
+            if marker {
+                sql.partition_eq(t, partition);
+            } else {
+                sql.registry_eq(t, partition);
+            }
             if let Some(s) = slice {
                 sql.slice(t, s);
             }
         };
         // The clustering columns identify a row within the partition (statics have none).
         let ck: Vec<&Column> = if marker { ck_cols(t).into_iter().map(|(c, _)| c).collect() } else { Vec::new() };
-        // Rows with nothing newer than the delete go at once.
-        let mut sql = Sql::default();
-        sql.push(&format!("DELETE FROM {} WHERE ", q(table)));
-        where_clause(&mut sql);
-        let ts_p = sql.bind(SqlValue::Integer(ts));
-        let newest: Vec<String> = ts_cols.iter().map(|c| format!("coalesce({c}, -9223372036854775808)")).collect();
-        let newest = if newest.len() == 1 { newest[0].clone() } else { format!("max({})", newest.join(", ")) };
-        sql.push(&format!(" AND {newest} <= {ts_p}"));
-        self.conn.prepare_cached(&sql.text)?.execute(params_from_iter(sql.params.iter()))?;
+        if marker {
+            // Rows with nothing newer than the delete go at once. (A cell
+            // without a timestamp of its own has the marker's.)
+            let mut sql = Sql::default();
+            sql.push(&format!("DELETE FROM {} WHERE ", q(table)));
+            where_clause(&mut sql);
+            let ts_p = sql.bind(SqlValue::Integer(ts));
+            let newest: Vec<String> = ts_cols.iter().map(|c| format!("coalesce({c}, -9223372036854775808)")).collect();
+            let newest = if newest.len() == 1 { newest[0].clone() } else { format!("max({})", newest.join(", ")) };
+            sql.push(&format!(" AND {newest} <= {ts_p}"));
+            self.conn.prepare_cached(&sql.text)?.execute(params_from_iter(sql.params.iter()))?;
+        }
 
         // Rows that keep some newer cells lose only the older ones.
         let mut sql = Sql::default();
@@ -441,11 +488,14 @@ impl Writer {
         where_clause(&mut sql);
         let ts_p = sql.bind(SqlValue::Integer(ts));
         let older: Vec<String> = ts_cols.iter().map(|c| format!("{c} <= {ts_p}")).collect();
+        if older.is_empty() {
+            return Ok(());
+        }
         sql.push(&format!(" AND ({})", older.join(" OR ")));
         let mut stmt = self.conn.prepare_cached(&sql.text)?;
         // (clustering key, marker, cells) of each row that keeps something.
         #[allow(clippy::type_complexity)]
-        let mut partial: Vec<(Vec<Value>, Option<CellMeta>, Vec<Option<CellMeta>>)> = Vec::new();
+        let mut partial: Vec<(Vec<Value>, Option<CellMeta>, Vec<Option<(CellMeta, bool)>>)> = Vec::new();
         let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
         while let Some(r) = rows.next()? {
             let mut clustering = Vec::with_capacity(ck.len());
@@ -453,22 +503,16 @@ impl Writer {
                 clustering.push(from_sql(c.ty, r.get_ref(i)?)?);
             }
             let mut i = ck.len();
-            let marker_meta = if marker {
+            let (marker_ts, marker_meta) = if marker {
                 i += 2;
-                r.get::<_, Option<i64>>(i - 2)?
-                    .map(|mts| Ok::<_, rusqlite::Error>(CellMeta { ts: mts, exp: r.get(i - 1)?, tombstone: false }))
-                    .transpose()?
+                let mts: Option<i64> = r.get(i - 2)?;
+                (mts, mts.map(|mts| Ok::<_, rusqlite::Error>(CellMeta { ts: mts, exp: r.get(i - 1)?, tombstone: false })).transpose()?)
             } else {
-                None
+                (None, None)
             };
             let mut cells = Vec::with_capacity(cols.len());
             for _ in cols {
-                let is_null: bool = r.get(i)?;
-                cells.push(
-                    r.get::<_, Option<i64>>(i + 1)?
-                        .map(|cts| Ok::<_, rusqlite::Error>(CellMeta { ts: cts, exp: r.get(i + 2)?, tombstone: is_null }))
-                        .transpose()?,
-                );
+                cells.push(stored_cell(r.get(i)?, r.get(i + 1)?, r.get(i + 2)?, marker_ts)?);
                 i += 3;
             }
             partial.push((clustering, marker_meta, cells));
@@ -482,17 +526,29 @@ impl Writer {
                 sets.push("\"$ts\" = NULL, \"$exp\" = NULL".to_owned());
             }
             for (c, cell) in cols.iter().zip(cells.iter_mut()) {
-                if cell.is_some_and(|m| m.ts <= ts) {
+                // A cell that had the marker's timestamp is as old as the
+                // marker: it goes with it, so none is left implicit without one.
+                if cell.is_some_and(|(m, _)| m.ts <= ts) {
                     *cell = None;
                     sets.push(format!("{} = NULL, {} = NULL, {} = NULL", q(c.name), ts_col(c), exp_col(c)));
                 }
             }
-            let purge_at = purge_time(marker_meta.iter().chain(cells.iter().flatten()));
+            let purge_at = purge_time(marker_meta.iter().chain(cells.iter().flatten().map(|(m, _)| m)));
             let mut sql = Sql::default();
-            let purge_p = sql.bind(purge_at.map_or(SqlValue::Null, SqlValue::Integer));
+            let purge_p = sql.bind(if marker || cells.iter().any(Option::is_some) {
+                purge_at.map_or(SqlValue::Null, SqlValue::Integer)
+            } else {
+                // A registry row with no static cells left is not purged by
+                // time but dropped with its last row.
+                SqlValue::Null
+            });
             sets.push(format!("\"$purge\" = {purge_p}"));
             sql.push(&format!("UPDATE {} SET {} WHERE ", q(table), sets.join(", ")));
-            sql.partition_eq(t, partition);
+            if marker {
+                sql.partition_eq(t, partition);
+            } else {
+                sql.registry_eq(t, partition);
+            }
             if !ck.is_empty() {
                 sql.push(" AND ");
                 sql.key_eq(&ck, &clustering);
@@ -585,19 +641,55 @@ impl Writer {
         let mut stats = PurgeStats::default();
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = (|| {
-            let tables: Vec<String> = self
-                .conn
-                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('$tombstones', '$tables') AND sql LIKE '%\"$purge\"%'")?
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
+            let has_engine_tables: bool =
+                self.conn.query_row("SELECT count(*) = 2 FROM sqlite_master WHERE name IN ('$tombstones', '$tables')", [], |r| r.get(0))?;
+            if !has_engine_tables {
+                return Ok(());
+            }
+            let tables: Vec<String> =
+                self.conn.prepare("SELECT name FROM \"$tables\"")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
             for table in tables {
-                stats.rows += self.conn.execute(&format!("DELETE FROM {} WHERE \"$purge\" <= ?1", q(&table)), [now])? as u64;
+                let registry = registry_of(&table);
+                // Partitions that lost rows or static cells may now be empty.
+                let mut touched: BTreeSet<i64> = BTreeSet::new();
+                let mut stmt = self.conn.prepare(&format!("DELETE FROM {} WHERE \"$purge\" <= ?1 RETURNING {}", q(&table), q(PID)))?;
+                let mut rows = stmt.query([now])?;
+                while let Some(r) = rows.next()? {
+                    touched.insert(r.get(0)?);
+                    stats.rows += 1;
+                }
+                drop(rows);
+                drop(stmt);
+                // Static cells are the registry's columns with a timestamp beside them.
+                let statics: Vec<String> = self
+                    .conn
+                    .prepare("SELECT substr(name, 1, length(name) - 3) FROM pragma_table_info(?1) WHERE name LIKE '%$ts'")?
+                    .query_map([&registry], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                if !statics.is_empty() {
+                    let clear: Vec<String> = statics
+                        .iter()
+                        .flat_map(|c| [c.clone(), format!("{c}$ts"), format!("{c}$exp")])
+                        .map(|c| format!("{} = NULL", q(&c)))
+                        .collect();
+                    let sql = format!(
+                        "UPDATE {} SET {}, \"$purge\" = NULL WHERE \"$purge\" <= ?1 RETURNING {}",
+                        q(&registry),
+                        clear.join(", "),
+                        q(PID)
+                    );
+                    let mut stmt = self.conn.prepare(&sql)?;
+                    let mut rows = stmt.query([now])?;
+                    while let Some(r) = rows.next()? {
+                        touched.insert(r.get(0)?);
+                        stats.rows += 1;
+                    }
+                }
+                for pid in touched {
+                    self.forget_if_empty(&table, &statics, pid)?;
+                }
             }
-            let has_tombstones: bool =
-                self.conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE name = '$tombstones'", [], |r| r.get(0))?;
-            if has_tombstones {
-                stats.tombstones = self.conn.execute("DELETE FROM \"$tombstones\" WHERE \"$purge\" <= ?1", [now])? as u64;
-            }
+            stats.tombstones = self.conn.execute("DELETE FROM \"$tombstones\" WHERE \"$purge\" <= ?1", [now])? as u64;
             Ok::<_, StoreError>(())
         })();
         match result {
