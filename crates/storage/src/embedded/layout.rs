@@ -7,11 +7,13 @@
 //!   (`pid`), and the partition's static cells. A unique index on
 //!   (token, key) finds a partition and walks partitions in token order, as a
 //!   Cassandra token-range scan does.
-//! - `t`, the rows, clustered (`WITHOUT ROWID`) by (`pid`, clustering
-//!   columns): a partition's rows are stored together in clustering order, and
-//!   the partition key is stored once in the registry, not again in every row
-//!   (for old-store's index of revisions, title and domain would otherwise be
-//!   most of each row).
+//! - `t`, the rows, keyed by (`pid`, clustering columns): the partition key is
+//!   stored once in the registry, not again in every row (for old-store's index
+//!   of revisions, title and domain would otherwise be most of each row). Rows
+//!   of small values are clustered (`WITHOUT ROWID`): a partition's rows stored
+//!   together in clustering order, each key stored once. Rows that hold a blob
+//!   live in a rowid table with a unique index `t$by_key` (see
+//!   [`rows_clustered`]).
 //!
 //! Every row and static row carries, for each column `c`, its value, write
 //! timestamp and expiry (`c`, `c$ts`, `c$exp`), so last-write-wins and TTL
@@ -139,6 +141,16 @@ pub(crate) fn partition_token(partition: &[Value]) -> i64 {
     murmur3_token(&composite_key_bytes(&refs))
 }
 
+/// Whether the rows of `t` are stored clustered by their key (`WITHOUT ROWID`),
+/// which stores each key once, or in a rowid table with a unique index on the
+/// key. A clustered table is an index b-tree: it keeps only ~1 KB of a row in
+/// place, and a seek that meets a longer row reads all of it to compare keys,
+/// so rows that hold a blob (renders, block contents) would make every lookup
+/// read whole neighbouring blobs. Those tables pay for the separate index.
+pub(crate) fn rows_clustered(t: &TableDef) -> bool {
+    !regular_cols(t).iter().any(|c| c.ty == ColumnType::Blob)
+}
+
 /// The `CREATE` statements for a table: its partition registry, rows table and indexes.
 pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     let cells = |cols: Vec<&Column>| -> Vec<String> {
@@ -167,15 +179,24 @@ pub(crate) fn create_statements(t: &TableDef) -> Vec<String> {
     stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(&registry), cols.join(", ")));
     stmts.push(purge_index(&registry));
 
-    let key: Vec<String> = std::iter::once(q(PID)).chain(ck_cols(t).into_iter().map(|(c, _)| q(c.name))).collect();
+    // The key in clustering order, so that reads in either direction walk it
+    // without sorting.
+    let key: Vec<String> = std::iter::once(q(PID))
+        .chain(ck_cols(t).into_iter().map(|(c, o)| format!("{}{}", q(c.name), if o == Order::Desc { " DESC" } else { "" })))
+        .collect();
     let mut cols = vec![format!("{} INTEGER NOT NULL", q(PID))];
     cols.extend(ck_cols(t).into_iter().map(|(c, _)| not_null(c)));
     cols.push("\"$ts\" INTEGER".into());
     cols.push("\"$exp\" INTEGER".into());
     cols.extend(cells(regular_cols(t)));
     cols.push("\"$purge\" INTEGER".into());
-    cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
-    stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(t.name), cols.join(", ")));
+    if rows_clustered(t) {
+        cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
+        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({}) WITHOUT ROWID", q(t.name), cols.join(", ")));
+    } else {
+        stmts.push(format!("CREATE TABLE IF NOT EXISTS {} ({})", q(t.name), cols.join(", ")));
+        stmts.push(format!("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({})", q(&format!("{}$by_key", t.name)), q(t.name), key.join(", ")));
+    }
     stmts.push(purge_index(t.name));
     stmts
 }
