@@ -166,3 +166,34 @@ async fn a_database_of_another_layout_is_refused() {
         other => panic!("an older layout was accepted: {other:?}"),
     }
 }
+
+/// A partition's local id is reused once the partition is gone (SQLite hands
+/// out the highest id plus one); nothing of the old partition may show
+/// through the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_partition_id_carries_nothing_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path(), &ManualClock::starting_now());
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    let put = |k: &'static str, c: i64| Upsert::new(&BLOBS, [Value::from(k), Value::from(c)]).set("v", vec![c as u8; 4]);
+    store.write(put("first", 1)).await.expect("write");
+    for c in 1..=3 {
+        store.write(put("gone", c)).await.expect("write");
+    }
+    store.write(Delete::partition(&BLOBS, [Value::from("gone")])).await.expect("delete");
+    let db = rusqlite::Connection::open(dir.path().join("revstore.db")).expect("inspect");
+    let pids = |db: &rusqlite::Connection| -> Vec<(String, i64)> {
+        let mut stmt = db.prepare("SELECT k, pid FROM \"blobs$partitions\" ORDER BY pid").expect("query");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").collect::<Result<_, _>>().expect("rows")
+    };
+    assert_eq!(pids(&db), vec![("first".to_owned(), 1)], "the deleted partition stayed registered");
+
+    store.write(put("new", 9)).await.expect("write");
+    assert_eq!(pids(&db), vec![("first".to_owned(), 1), ("new".to_owned(), 2)], "the id was not reused");
+    let cs = |rows: Vec<revstore_storage::Row>| rows.iter().map(|r| r.bigint("c").expect("c")).collect::<Vec<_>>();
+    assert_eq!(cs(store.read(&ReadQuery::new(&BLOBS, [Value::from("new")])).await.expect("read").rows), vec![9]);
+    assert!(store.read(&ReadQuery::new(&BLOBS, [Value::from("gone")])).await.expect("read").rows.is_empty());
+    let scanned: Vec<Vec<Value>> = store.scan(&BLOBS, None, 10).await.expect("scan").partitions.into_iter().map(|p| p.key).collect();
+    assert_eq!(scanned.len(), 2);
+    assert!(scanned.contains(&vec![Value::from("first")]) && scanned.contains(&vec![Value::from("new")]), "{scanned:?}");
+}
