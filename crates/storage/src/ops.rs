@@ -351,6 +351,7 @@ pub struct ScanPage {
 /// What a purge of expired data removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeStats {
+    /// Rows dropped, counting a partition's expired static cells as one row.
     pub rows: u64,
     pub tombstones: u64,
     /// Bytes the database files shrank by.
