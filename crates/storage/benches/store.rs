@@ -1,6 +1,8 @@
 //! Storage benchmark: point writes, point reads, 100-row partition scans and
 //! range deletes, with 2 KiB and 100 KiB values of real page HTML, on each engine
-//! asked for, side by side in one run.
+//! asked for, side by side in one run. Then one large partition of small rows
+//! (200,000 at scale 1, the shape of a template's dependents), written in
+//! batches and read back a page of 1,000 rows at a time with page tokens.
 //!
 //! ```text
 //! cargo bench -p revstore-storage --bench store -- [--engines embedded,cassandra] [--scale F]
@@ -41,8 +43,20 @@ static BENCH_ROWS: TableDef = TableDef {
     comment: "storage benchmark",
 };
 
+/// Many small rows in one partition, as the dependency graph keeps a
+/// template's dependents.
+static BENCH_WIDE: TableDef = TableDef {
+    name: "bench_wide",
+    columns: &[C::partition("p", Text), C::clustering("title", Text, Order::Asc), C::regular("kind", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "storage benchmark",
+};
+
 const CONCURRENCY: usize = 32;
 const ROWS_PER_PARTITION: i64 = 100;
+const WIDE_BATCH: usize = 100;
+const WIDE_PAGE: u32 = 1000;
 
 /// Real HTML, cut into values of one size at varying offsets.
 struct Payloads(Vec<u8>);
@@ -74,10 +88,10 @@ impl Measurement {
         let pct = |p: f64| sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3;
         let secs = self.elapsed.as_secs_f64();
         format!(
-            "| {} | {} | {} KiB | {} | {:.0} | {:.2} | {:.2} | {:.1} |",
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.1} |",
             self.engine,
             self.operation,
-            self.value_size / 1024,
+            if self.value_size >= 1024 { format!("{} KiB", self.value_size / 1024) } else { format!("{} B", self.value_size) },
             sorted.len(),
             sorted.len() as f64 / secs,
             pct(0.50),
@@ -118,7 +132,7 @@ where
 }
 
 async fn bench_engine(engine: &'static str, store: Store, payloads: Arc<Payloads>, scale: f64, out: &mut Vec<Measurement>) {
-    store.ensure_tables(&[&BENCH_KV, &BENCH_ROWS]).await.expect("tables");
+    store.ensure_tables(&[&BENCH_KV, &BENCH_ROWS, &BENCH_WIDE]).await.expect("tables");
     for value_size in [2 * 1024, 100 * 1024] {
         let n = |base: usize| ((base as f64 * scale) as usize).max(CONCURRENCY);
         let (writes, reads, partitions) = if value_size <= 4096 { (n(4000), n(20_000), n(200)) } else { (n(800), n(4000), n(40)) };
@@ -186,6 +200,62 @@ async fn bench_engine(engine: &'static str, store: Store, payloads: Arc<Payloads
         .await;
         out.push(Measurement { engine, operation: "range delete, 50 of 100 rows", value_size, latencies, elapsed, bytes: 0 });
     }
+    wide_partition(engine, store, scale, out).await;
+}
+
+/// One partition of `200,000 x scale` rows (a title and a short text, ~40
+/// bytes): batches of 100 written by one writer, then the whole partition
+/// read a page at a time, each page resuming from the previous one's token.
+async fn wide_partition(engine: &'static str, store: Store, scale: f64, out: &mut Vec<Measurement>) {
+    let rows = ((200_000.0 * scale) as usize).max(WIDE_BATCH);
+    let row_bytes = 40;
+    let title = |i: usize| format!("Dependent_page_{:09}", (i.wrapping_mul(2_654_435_761)) % 1_000_000_007);
+    let s = store.clone();
+    let (latencies, elapsed) = timed(rows / WIDE_BATCH, 1, move |b| {
+        let s = s.clone();
+        async move {
+            let writes = (b * WIDE_BATCH..(b + 1) * WIDE_BATCH)
+                .map(|i| Upsert::new(&BENCH_WIDE, [Value::from("template"), Value::from(title(i))]).set("kind", "transclusion").into())
+                .collect();
+            s.apply(writes).await.expect("wide batch");
+        }
+    })
+    .await;
+    out.push(Measurement {
+        engine,
+        operation: "wide partition: write a batch of 100 rows",
+        value_size: row_bytes,
+        latencies,
+        elapsed,
+        bytes: rows * row_bytes,
+    });
+
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut token = None;
+    let mut seen = 0;
+    loop {
+        let begun = Instant::now();
+        let page = store
+            .read(&ReadQuery::new(&BENCH_WIDE, [Value::from("template")]).limit(WIDE_PAGE).page_token(token))
+            .await
+            .expect("wide page");
+        latencies.push(begun.elapsed());
+        seen += page.rows.len();
+        token = page.next;
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(seen, rows, "paging lost or repeated rows");
+    out.push(Measurement {
+        engine,
+        operation: "wide partition: read a page of 1000 rows",
+        value_size: row_bytes,
+        latencies,
+        elapsed: started.elapsed(),
+        bytes: rows * row_bytes,
+    });
 }
 
 fn open_embedded() -> (Store, tempfile::TempDir) {
