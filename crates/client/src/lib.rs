@@ -40,6 +40,10 @@ pub enum ClientError {
     /// An answer that is not what the call expects.
     #[error("{method} {url}: unreadable answer: {reason}")]
     Decode { method: Method, url: String, reason: String },
+    /// A path that an HTTP client would rewrite (a `.` or `..` segment, also
+    /// percent-encoded): sending it would reach another resource than meant.
+    #[error("{method} {path}: refused to send a path with a dot segment")]
+    DotSegment { method: Method, path: String },
     #[error("invalid client setting: {0}")]
     Config(String),
 }
@@ -147,6 +151,9 @@ impl HttpClient {
     /// Sends one call (retrying it when idempotent) and returns the answer of a
     /// success status, or the error.
     pub async fn send(&self, method: Method, path: &str, headers: http::HeaderMap, body: Option<Vec<u8>>) -> Result<Answer, ClientError> {
+        if has_dot_segment(path) {
+            return Err(ClientError::DotSegment { method, path: path.to_owned() });
+        }
         let url = format!("{}{}", self.base, path);
         let attempt = || self.attempt(method.clone(), &url, headers.clone(), body.clone());
         if !is_idempotent(&method) || self.options.retries == 0 {
@@ -241,6 +248,17 @@ pub fn path_segment(segment: &str) -> String {
     out
 }
 
+/// Whether `path` has a segment that URL parsing resolves away: `.` or `..`,
+/// in any mix of literal and percent-encoded dots (WHATWG URL treats `%2e` as
+/// a dot). No encoding of such a segment survives, so the call is refused.
+pub fn has_dot_segment(path: &str) -> bool {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|segment| {
+        let lower = segment.to_ascii_lowercase();
+        matches!(lower.as_str(), "." | "%2e" | ".." | ".%2e" | "%2e." | "%2e%2e")
+    })
+}
+
 /// The routes of `routes` (method, OpenAPI path template) that the OpenAPI
 /// document `openapi` (as JSON) does not describe.
 pub fn undocumented_routes(openapi: &serde_json::Value, routes: &[(Method, &str)]) -> Vec<String> {
@@ -265,6 +283,28 @@ mod tests {
         assert_eq!(path_segment("Main Page?x#y%"), "Main%20Page%3Fx%23y%25");
         assert_eq!(path_segment("Ünï"), "%C3%9Cn%C3%AF");
         assert_eq!(path_segment("User:Foo_(bar)"), "User:Foo_(bar)");
+    }
+
+    #[test]
+    fn dot_segments_are_refused_before_sending() {
+        // What the refusal guards against: the URL parser resolves these away.
+        for path in ["/a/./b", "/a/%2E/b", "/a/../b", "/a/%2e%2E/b", "/a/.%2e/b"] {
+            let url = reqwest::Url::parse(&format!("http://h{path}")).unwrap();
+            assert!(url.path() == "/a/b" || url.path() == "/b", "{path} became {}", url.path());
+            assert!(has_dot_segment(path), "{path}");
+        }
+        for path in ["/a/.../b", "/a/.b/c", "/a/b.", "/a/%2E%2E%2E", "/a/b?x=/../", "/en.wikipedia.org/v1/x"] {
+            assert!(!has_dot_segment(path), "{path}");
+        }
+        assert!(has_dot_segment(&format!("/d/v1/archive/{}/1", path_segment(".."))));
+    }
+
+    #[tokio::test]
+    async fn a_dot_segment_is_refused_as_permanent() {
+        let client = HttpClient::new("http://127.0.0.1:9", ClientOptions::default()).unwrap();
+        let err = client.send(Method::PUT, "/d/v1/archive/../1", http::HeaderMap::new(), None).await.unwrap_err();
+        assert!(matches!(err, ClientError::DotSegment { .. }), "{err}");
+        assert!(!err.is_transient());
     }
 
     #[test]

@@ -94,6 +94,30 @@ impl Tid {
     }
 }
 
+/// How far ahead of this host's clock a render time may lie (clock skew between hosts).
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+/// The earliest render time accepted: 2001-01-01T00:00:00Z. No wiki revision
+/// predates MediaWiki's first wiki (Wikipedia opened on 2001-01-15), so an
+/// earlier tid is a client's mistake (a zero or garbage timestamp), and
+/// would carry a write timestamp that loses to everything.
+pub const EARLIEST_RENDER_TIME: Duration = Duration::from_secs(978_307_200);
+
+impl Tid {
+    /// Refuses a tid whose time is implausible as a render time: more than
+    /// [`MAX_CLOCK_SKEW`] after `now`, or before [`EARLIEST_RENDER_TIME`].
+    pub fn check_render_time(&self, now: SystemTime) -> Result<(), KeyError> {
+        let fail = |reason| KeyError::Tid { input: self.to_string(), reason };
+        if self.time() > now + MAX_CLOCK_SKEW {
+            return Err(fail("it lies in the future, beyond the allowed clock skew of 300 s"));
+        }
+        if self.time() < UNIX_EPOCH + EARLIEST_RENDER_TIME {
+            return Err(fail("it lies before 2001-01-01, earlier than any wiki revision"));
+        }
+        Ok(())
+    }
+}
+
 fn ticks_of(time: SystemTime) -> u64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(since) => GREGORIAN_OFFSET_TICKS + (since.as_nanos() / 100) as u64,
@@ -231,6 +255,21 @@ mod tests {
         assert_eq!(tid.time(), t);
         assert_eq!(tid.unix_micros(), 1_764_000_000_123_456);
         assert_eq!(tid.uuid().get_version_num(), 1);
+    }
+
+    #[test]
+    fn render_times_must_be_plausible() {
+        let now = SystemTime::now();
+        assert!(Tid::min_at(now).check_render_time(now).is_ok());
+        assert!(Tid::min_at(now + Duration::from_secs(299)).check_render_time(now).is_ok());
+        assert!(Tid::min_at(UNIX_EPOCH + EARLIEST_RENDER_TIME).check_render_time(now).is_ok());
+        let future = Tid::min_at(now + Duration::from_secs(301)).check_render_time(now).unwrap_err().to_string();
+        assert!(future.contains("future"), "{future}");
+        let ancient = Tid::parse("00000000-0000-1000-8000-000000000000").unwrap();
+        assert!(ancient.time() < UNIX_EPOCH, "a tid from 1582");
+        assert!(ancient.check_render_time(now).unwrap_err().to_string().contains("before 2001"));
+        let day_before = Tid::min_at(UNIX_EPOCH + EARLIEST_RENDER_TIME - Duration::from_secs(1));
+        assert!(day_before.check_render_time(now).is_err());
     }
 
     #[test]

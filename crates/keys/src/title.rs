@@ -5,6 +5,15 @@
 //! space is trimmed, the first letter is upper-cased where the site says so,
 //! and spaces become underscores. `Main page`, `main_page` and ` Main__page `
 //! all become `Main_page` on a first-letter-upper site.
+//!
+//! Validity follows MediaWiki's title codec, so that revstore never stores a
+//! page MediaWiki could not have: no forbidden characters, no percent-escape
+//! or HTML-entity look-alikes, no leading colon, no `~~~` (signature magic),
+//! no relative path (`.`, `..`, `./x`, `x/../y`, `x/.`), at most 255 bytes.
+//! The relative-path rule also matters to revstore itself: a title is a URL
+//! path segment between services, and HTTP clients resolve dot segments away.
+//! Namespace rules (a namespace name alone, talk pages of special namespaces)
+//! need the wiki's namespace list and are not checked here.
 
 use std::fmt;
 
@@ -69,6 +78,9 @@ impl Title {
         if key.len() > MAX_TITLE_BYTES {
             return Err(fail(format!("it is {} bytes long; the limit is {MAX_TITLE_BYTES}", key.len())));
         }
+        if let Some(reason) = mediawiki_refuses(&key) {
+            return Err(fail(reason.to_owned()));
+        }
         Ok(Title(key))
     }
 
@@ -108,6 +120,49 @@ fn is_title_space(c: char) -> bool {
 /// Left-to-right and right-to-left marks and embeddings, which MediaWiki strips.
 fn is_directional_mark(c: char) -> bool {
     matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}')
+}
+
+/// The rules MediaWiki applies to a whole DB key, beyond single characters.
+fn mediawiki_refuses(key: &str) -> Option<&'static str> {
+    if key.starts_with(':') {
+        return Some("it starts with ':' (send the title without the main-namespace colon)");
+    }
+    if key == "."
+        || key == ".."
+        || key.starts_with("./")
+        || key.starts_with("../")
+        || key.contains("/./")
+        || key.contains("/../")
+        || key.ends_with("/.")
+        || key.ends_with("/..")
+    {
+        return Some("it is a relative path ('.' or '..' as a path component)");
+    }
+    if key.contains("~~~") {
+        return Some("it contains '~~~' (signature syntax)");
+    }
+    if has_percent_escape(key) {
+        return Some("it contains a percent-escape such as '%41' (decode it before sending)");
+    }
+    if has_html_entity(key) {
+        return Some("it contains an HTML entity such as '&amp;' (decode it before sending)");
+    }
+    None
+}
+
+/// `%` followed by two hex digits.
+fn has_percent_escape(key: &str) -> bool {
+    key.as_bytes().windows(3).any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit())
+}
+
+/// `&name;`, `&#123;` or `&#x7B;`: `&`, then letters, digits or non-ASCII (and `#`, `#x` first), then `;`.
+fn has_html_entity(key: &str) -> bool {
+    key.match_indices('&').any(|(at, _)| {
+        let rest = &key[at + 1..];
+        let name = rest.strip_prefix("#x").or_else(|| rest.strip_prefix("#X")).or_else(|| rest.strip_prefix('#')).unwrap_or(rest);
+        let len = name.find(|c: char| !(c.is_ascii_alphanumeric() || !c.is_ascii())).unwrap_or(name.len());
+        len > 0 && name[len..].starts_with(';')
+    })
 }
 
 /// Characters that can never appear in a title, with their name for the error message.
@@ -193,6 +248,37 @@ mod tests {
         // 85 three-byte characters are 255 bytes; 86 are too many.
         assert!(Title::parse(&"東".repeat(85), UPPER).is_ok());
         assert!(Title::parse(&"東".repeat(86), UPPER).is_err());
+    }
+
+    #[test]
+    fn rejects_what_mediawiki_rejects() {
+        for (bad, named) in [
+            (".", "relative path"),
+            ("..", "relative path"),
+            ("./Foo", "relative path"),
+            ("../Foo", "relative path"),
+            ("Foo/./Bar", "relative path"),
+            ("Foo/../Bar", "relative path"),
+            ("Foo/.", "relative path"),
+            ("Foo/..", "relative path"),
+            (" .. ", "relative path"),
+            (":Foo", "':'"),
+            ("Foo~~~", "'~~~'"),
+            ("A%41B", "percent-escape"),
+            ("A%2e", "percent-escape"),
+            ("Tom &amp; Jerry", "HTML entity"),
+            ("&#123;", "HTML entity"),
+            ("&#x7B;x", "HTML entity"),
+            ("&é;", "HTML entity"),
+        ] {
+            let err = Title::parse(bad, UPPER).map(|t| t.to_string()).unwrap_err().to_string();
+            assert!(err.contains(named), "{bad:?}: {err}");
+        }
+        // What MediaWiki allows stays allowed.
+        for good in ["...", ".Foo", "Foo.", "Foo/.bar", "Foo/..bar", "A.B/C", "Foo:Bar", "~~", "100%", "%zz", "Tom & Jerry", "&;", "A & B;"]
+        {
+            assert!(Title::parse(good, UPPER).is_ok(), "{good:?} must be accepted");
+        }
     }
 
     proptest! {

@@ -134,7 +134,31 @@ pub mod current_store {
         comment: "pending deliveries to old-store and the dependency graph",
     };
 
-    pub static TABLES: [&TableDef; 6] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &SUPPRESSED, &OUTBOX];
+    /// Outbox rows the receiver refused for good (a 4xx that retrying cannot
+    /// change): moved here so they stop blocking their shard, kept until an
+    /// operator re-drives or removes them. Same key as the outbox row.
+    pub static OUTBOX_DEAD_LETTERS: TableDef = TableDef {
+        name: "outbox_dead_letters",
+        columns: &[
+            C::partition("shard", BigInt),
+            C::clustering("id", TimeUuid, Order::Asc),
+            C::regular("kind", Text),
+            C::regular("domain", Text),
+            C::regular("title", Text),
+            C::regular("rev", BigInt),
+            C::regular("tid", TimeUuid),
+            C::regular("payload", Blob),
+            C::regular("attempts", BigInt),
+            C::regular("failed_at", Timestamp),
+            C::regular("status", BigInt),
+            C::regular("reason", Text),
+        ],
+        default_ttl: None,
+        compaction: Compaction::SizeTiered,
+        comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
+    };
+
+    pub static TABLES: [&TableDef; 7] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
 }
 
 /// old-store: seed 002, compression blocks and a metadata table.
@@ -289,7 +313,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 14] = [
+pub static ALL_TABLES: [&TableDef; 15] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -297,6 +321,7 @@ pub static ALL_TABLES: [&TableDef; 14] = [
     &current_store::RENDERS,
     &current_store::SUPPRESSED,
     &current_store::OUTBOX,
+    &current_store::OUTBOX_DEAD_LETTERS,
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,
     &old_store::ARCHIVE_SUPPRESSED,

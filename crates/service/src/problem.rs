@@ -4,8 +4,10 @@
 //! returning [`ApiError`], or the plumbing (unknown route, wrong method, body
 //! too large, timeout, panic), whose plain responses
 //! [`crate::middleware::problem_bodies`] rewrites. Client errors (4xx) say what
-//! was wrong; server errors (5xx) are logged in full and answered with a
-//! generic detail and the request id to look for in the logs.
+//! was wrong; server errors (5xx) are logged in full, once, where the response
+//! is made (inside the request's span, so with its request id), and answered
+//! with a generic detail: no internal URL, host or upstream text reaches a
+//! client.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
@@ -35,13 +37,19 @@ pub struct Problem {
 pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
+    /// What the client is told.
     detail: String,
+    /// What the logs are told (server errors only); never sent.
+    cause: Option<String>,
     www_authenticate: bool,
 }
 
+/// The detail of every server error whose cause is only for the logs.
+const SEE_THE_LOGS: &str = "the request id leads to the details in the logs";
+
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
-        ApiError { status, kind, detail: detail.into(), www_authenticate: false }
+        ApiError { status, kind, detail: detail.into(), cause: None, www_authenticate: false }
     }
 
     /// 400: the request is malformed or names something invalid.
@@ -75,15 +83,36 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", detail)
     }
 
-    /// 503: a dependency (storage, another service) cannot serve now; retry later.
+    /// 503 with a detail that is safe to show ("shutting down"); retry later.
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
     }
 
-    /// 500: our fault. The cause is logged here and not shown to the client.
+    /// 503: `dependency` (storage, another service) cannot serve now. The
+    /// client learns which and to retry; the cause goes to the logs only.
+    pub fn dependency_unavailable(dependency: &str, cause: impl std::fmt::Display) -> Self {
+        ApiError {
+            cause: Some(cause.to_string()),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                format!("{dependency} is unavailable; retry later ({SEE_THE_LOGS})"),
+            )
+        }
+    }
+
+    /// Keeps `cause` for the logs (server errors); the client sees only the detail.
+    pub fn with_cause(mut self, cause: impl std::fmt::Display) -> Self {
+        self.cause = Some(cause.to_string());
+        self
+    }
+
+    /// 500: our fault. The cause is logged with the response, not shown.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %cause, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; the request id leads to the details in the logs")
+        ApiError {
+            cause: Some(cause.to_string()),
+            ..Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("internal error; {SEE_THE_LOGS}"))
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -92,6 +121,11 @@ impl ApiError {
 
     pub fn detail(&self) -> &str {
         &self.detail
+    }
+
+    /// The cause kept for the logs, if any.
+    pub fn cause(&self) -> Option<&str> {
+        self.cause.as_deref()
     }
 }
 
@@ -111,8 +145,13 @@ pub fn problem_response(status: StatusCode, kind: &str, detail: String, request_
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() && self.kind != "internal" {
-            tracing::warn!(status = self.status.as_u16(), detail = %self.detail, "request failed");
+        match (&self.cause, self.status.is_server_error()) {
+            (Some(cause), true) if self.status == StatusCode::INTERNAL_SERVER_ERROR => {
+                tracing::error!(status = self.status.as_u16(), error = %cause, "internal error")
+            }
+            (Some(cause), true) => tracing::warn!(status = self.status.as_u16(), error = %cause, detail = %self.detail, "request failed"),
+            (None, true) => tracing::warn!(status = self.status.as_u16(), detail = %self.detail, "request failed"),
+            _ => {}
         }
         let mut response = problem_response(self.status, self.kind, self.detail, None);
         if self.www_authenticate {
@@ -127,8 +166,8 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Invalid(msg) => ApiError::bad_request(msg),
             StoreError::BadPageToken(e) => ApiError::bad_request(format!("cursor: {e}")),
-            StoreError::Unavailable(msg) => ApiError::unavailable(format!("storage unavailable: {msg}")),
-            StoreError::SchemaMismatch(msg) => ApiError::unavailable(format!("storage schema: {msg}")),
+            StoreError::Unavailable(msg) => ApiError::dependency_unavailable("storage", msg),
+            StoreError::SchemaMismatch(msg) => ApiError::dependency_unavailable("the storage schema", msg),
             e @ (StoreError::Corrupt(_) | StoreError::Internal(_)) => ApiError::internal(e),
         }
     }

@@ -188,8 +188,10 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
     };
     let version = match tokio::time::timeout(Duration::from_secs(5), check).await {
         Ok(Ok(version)) => version,
-        Ok(Err(StoreError::SchemaMismatch(msg))) => return Err(ApiError::unavailable(format!("storage schema: {msg}"))),
-        Ok(Err(e)) => return Err(ApiError::unavailable(format!("storage unreachable: {e}"))),
+        Ok(Err(StoreError::SchemaMismatch(msg))) => {
+            return Err(ApiError::unavailable("the storage schema is not this build's: run revstore-migrate").with_cause(msg));
+        }
+        Ok(Err(e)) => return Err(ApiError::dependency_unavailable("storage", e)),
         Err(_) => return Err(ApiError::unavailable("storage did not answer within 5 s")),
     };
     Ok(Json(serde_json::json!({ "status": "ready", "engine": store.kind().name(), "schema_version": version })))

@@ -4,18 +4,30 @@
 //! Rows are written in the same atomic batch as the render they describe, so
 //! nothing acknowledged to a renderer can be lost between the two. This worker
 //! reads each shard oldest first, sends, and deletes a row only once the
-//! receiver has answered with success; a failure stops that shard for the
-//! round (order within a shard is kept) and the next round waits longer, up to
-//! a minute. Sends are idempotent (old-store's archive writes are), so a row
-//! delivered twice after a crash does no harm. Rows live four weeks (the
-//! table's TTL): old-store may be down for hours, not for a month.
+//! receiver has answered with success. Sends are idempotent (old-store's
+//! archive writes are), so a row delivered twice after a crash does no harm.
+//! Rows live four weeks (the table's TTL): old-store may be down for hours,
+//! not for a month.
+//!
+//! Failures are of two kinds, and only one may hold a shard up:
+//! - **transient** (no answer, 5xx, 408, 429, and 401/403, which say the
+//!   sender's token is wrong rather than the row): the shard stops for the
+//!   round, keeping its order, and the next round waits longer, up to a minute;
+//! - **permanent** (any other 4xx, a path no client may send, a row that
+//!   cannot be read): retrying cannot change the answer, so the row is moved
+//!   to `outbox_dead_letters` in one atomic batch, counted in
+//!   `outbox_dead_letters_total`, logged once, and the shard goes on. An
+//!   operator lists and re-drives dead letters through the admin routes
+//!   ([`dead_letters`], [`redrive`]).
 
 use std::time::Duration;
 
-use revstore_client::{HttpClient, path_segment};
-use revstore_schema::tables::current_store::OUTBOX;
-use revstore_storage::{Delete, ReadQuery, Row, Store, Upsert, Value};
+use http::StatusCode;
+use revstore_client::{ClientError, HttpClient, path_segment};
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS};
+use revstore_storage::{Delete, ReadQuery, Row, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 /// Where each kind of outbox row goes.
 #[derive(Debug, Clone)]
@@ -26,6 +38,38 @@ pub struct Receivers {
 
 const BATCH: u32 = 100;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The columns an outbox row and its dead letter share (besides `attempts`).
+const ROW_COLUMNS: [&str; 6] = ["kind", "domain", "title", "rev", "tid", "payload"];
+
+/// Why a delivery failed, and so what happens to the row.
+#[derive(Debug)]
+enum Failure {
+    /// Try again later, in order.
+    Transient(String),
+    /// The receiver (or the row itself) rules out success: move the row aside.
+    Permanent { status: Option<u16>, reason: String },
+}
+
+impl Failure {
+    fn of(error: ClientError) -> Failure {
+        match &error {
+            ClientError::Status { status, .. } if status.is_client_error() && !is_retryable_client_error(*status) => {
+                Failure::Permanent { status: Some(status.as_u16()), reason: error.to_string() }
+            }
+            ClientError::DotSegment { .. } | ClientError::Config(_) => Failure::Permanent { status: None, reason: error.to_string() },
+            _ => Failure::Transient(error.to_string()),
+        }
+    }
+
+    fn unreadable(reason: String) -> Failure {
+        Failure::Permanent { status: None, reason }
+    }
+}
+
+/// 4xx answers that a later attempt may turn into a success.
+fn is_retryable_client_error(status: StatusCode) -> bool {
+    matches!(status, StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+}
 
 /// Runs until `stop` is cancelled.
 pub async fn deliver(store: Store, receivers: Receivers, stop: CancellationToken) {
@@ -65,7 +109,10 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
             }
             // No receiver configured for this kind: keep the row for when there is one.
             Ok(false) => {}
-            Err(e) => {
+            Err(Failure::Permanent { status, reason }) => {
+                move_aside(store, shard, id, &row, status, &reason).await.map_err(|e| e.to_string())?;
+            }
+            Err(Failure::Transient(e)) => {
                 let attempts = row.bigint("attempts").unwrap_or(0) + 1;
                 let _ = store.write(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]).set("attempts", attempts)).await;
                 return Err(e);
@@ -75,31 +122,244 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
     Ok(delivered)
 }
 
+/// Moves a refused row to the dead letters, atomically, and says so once.
+async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Option<u16>, reason: &str) -> Result<(), StoreError> {
+    let kind = row.text("kind").unwrap_or("unknown");
+    let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::TimeUuid(id)]), row)
+        .set("attempts", row.bigint("attempts").unwrap_or(0) + 1)
+        .set("failed_at", Value::Timestamp(now_millis()))
+        .set("reason", reason.to_owned());
+    if let Some(status) = status {
+        dead = dead.set("status", i64::from(status));
+    }
+    store.apply(vec![dead.into(), Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
+    metrics::counter!("outbox_dead_letters_total", "kind" => bounded_kind(kind)).increment(1);
+    tracing::warn!(
+        shard,
+        id = %id,
+        kind = bounded_kind(kind),
+        domain = row.text("domain").unwrap_or_default(),
+        title = row.text("title").unwrap_or_default(),
+        rev = row.bigint("rev").unwrap_or_default(),
+        status,
+        reason,
+        "outbox row refused by its receiver: moved to the dead letters"
+    );
+    Ok(())
+}
+
+/// The outbox kinds, as metric labels (a stored kind is ours, but bound it anyway).
+fn bounded_kind(kind: &str) -> &'static str {
+    match kind {
+        "archive" => "archive",
+        "suppress" => "suppress",
+        "change" => "change",
+        _ => "other",
+    }
+}
+
+fn copy_columns(mut upsert: Upsert, row: &Row) -> Upsert {
+    for column in ROW_COLUMNS {
+        if let Some(value) = row.get(column).filter(|v| !v.is_null()) {
+            upsert = upsert.set(column, value.clone());
+        }
+    }
+    upsert
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
 /// Sends one row; `Ok(false)` when nothing is configured to receive it.
-async fn send(receivers: &Receivers, row: &Row) -> Result<bool, String> {
+async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
     let (Some(kind), Some(domain), Some(title), Some(rev)) = (row.text("kind"), row.text("domain"), row.text("title"), row.bigint("rev"))
     else {
-        return Err(format!("malformed outbox row {row:?}"));
+        return Err(Failure::unreadable("malformed outbox row: kind, domain, title or rev missing".to_owned()));
     };
     let title = path_segment(title);
     // Payloads are stored as envelopes (compressed); receivers get the JSON.
     let payload = match row.blob("payload") {
-        Some(stored) if !stored.is_empty() => {
-            revstore_codecs::Envelope::default().decode(stored).map_err(|e| format!("unreadable outbox payload: {e}"))?.into_owned()
-        }
+        Some(stored) if !stored.is_empty() => revstore_codecs::Envelope::default()
+            .decode(stored)
+            .map_err(|e| Failure::unreadable(format!("unreadable outbox payload: {e}")))?
+            .into_owned(),
         _ => Vec::new(),
     };
     let json = http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"))]);
     let (client, method, path, body) = match kind {
         "archive" => {
-            let tid = row.timeuuid("tid").ok_or("archive row without tid")?;
+            let tid = row.timeuuid("tid").ok_or_else(|| Failure::unreadable("archive row without tid".to_owned()))?;
             (&receivers.old_store, http::Method::PUT, format!("/{domain}/v1/archive/{title}/{rev}/{tid}"), Some(payload))
         }
         "suppress" => (&receivers.old_store, http::Method::POST, format!("/{domain}/v1/archive/{title}/{rev}/suppress"), None),
         "change" => (&receivers.graph, http::Method::POST, format!("/{domain}/v1/changes"), Some(payload)),
-        other => return Err(format!("unknown outbox kind {other:?}")),
+        other => return Err(Failure::unreadable(format!("unknown outbox kind {:?}", other.chars().take(32).collect::<String>()))),
     };
     let Some(client) = client else { return Ok(false) };
-    client.send(method, &path, json, body).await.map_err(|e| e.to_string())?;
+    client.send(method, &path, json, body).await.map_err(Failure::of)?;
     Ok(true)
+}
+
+/// One dead letter, as the admin listing shows it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct DeadLetter {
+    pub shard: i64,
+    /// The outbox row's id (a time-based UUID: when it was queued).
+    pub id: String,
+    pub kind: String,
+    pub domain: String,
+    pub title: String,
+    pub rev: i64,
+    pub tid: Option<String>,
+    pub attempts: i64,
+    /// When the receiver refused it (RFC 3339).
+    pub failed_at: String,
+    /// The receiver's HTTP status, when it answered.
+    pub status: Option<i64>,
+    pub reason: String,
+}
+
+impl DeadLetter {
+    fn of(shard: i64, row: &Row) -> Option<DeadLetter> {
+        let millis = row.timestamp("failed_at").unwrap_or(0).max(0) as u64;
+        Some(DeadLetter {
+            shard,
+            id: row.timeuuid("id")?.to_string(),
+            kind: row.text("kind").unwrap_or_default().to_owned(),
+            domain: row.text("domain").unwrap_or_default().to_owned(),
+            title: row.text("title").unwrap_or_default().to_owned(),
+            rev: row.bigint("rev").unwrap_or_default(),
+            tid: row.timeuuid("tid").map(|t| t.to_string()),
+            attempts: row.bigint("attempts").unwrap_or_default(),
+            failed_at: revstore_keys::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(millis)),
+            status: row.bigint("status"),
+            reason: row.text("reason").unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// Where a dead-letter listing goes on: a shard, and the page token within it.
+/// Shown to clients as an opaque string `<shard>` or `<shard>:<page token>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterCursor {
+    pub shard: i64,
+    pub page_token: Option<String>,
+}
+
+impl DeadLetterCursor {
+    pub fn parse(text: &str) -> Option<DeadLetterCursor> {
+        let (shard, page_token) = match text.split_once(':') {
+            Some((shard, token)) if !token.is_empty() => (shard, Some(token.to_owned())),
+            Some(_) => return None,
+            None => (text, None),
+        };
+        let shard: i64 = shard.parse().ok()?;
+        (0..crate::pages::OUTBOX_SHARDS).contains(&shard).then_some(DeadLetterCursor { shard, page_token })
+    }
+
+    pub fn render(&self) -> String {
+        match &self.page_token {
+            Some(token) => format!("{}:{token}", self.shard),
+            None => self.shard.to_string(),
+        }
+    }
+}
+
+/// Up to `limit` dead letters from `from` on (shard by shard, oldest first in
+/// each), and where to go on.
+pub async fn dead_letters(
+    store: &Store,
+    from: Option<DeadLetterCursor>,
+    limit: u32,
+) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StoreError> {
+    let mut at = from.unwrap_or(DeadLetterCursor { shard: 0, page_token: None });
+    let mut items = Vec::new();
+    while items.len() < limit as usize {
+        let want = limit - items.len() as u32;
+        let page =
+            store.read(&ReadQuery::new(&OUTBOX_DEAD_LETTERS, [Value::from(at.shard)]).limit(want).page_token(at.page_token.take())).await?;
+        items.extend(page.rows.iter().filter_map(|row| DeadLetter::of(at.shard, row)));
+        match page.next {
+            Some(token) => at.page_token = Some(token),
+            None if at.shard + 1 < crate::pages::OUTBOX_SHARDS => at = DeadLetterCursor { shard: at.shard + 1, page_token: None },
+            None => return Ok((items, None)),
+        }
+    }
+    Ok((items, Some(at)))
+}
+
+/// Puts dead letters back at their place in the outbox (same shard, same id,
+/// attempts reset), so the worker delivers them again in their original order.
+/// With `only`, just that one (`Ok(0)` when it is not a dead letter); without,
+/// up to `limit` of them, oldest first per shard. Answers how many moved.
+pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Result<usize, StoreError> {
+    let rows: Vec<(i64, Row)> = match only {
+        Some((shard, id)) => match store.get(&OUTBOX_DEAD_LETTERS, vec![Value::from(shard), Value::TimeUuid(id)], None).await? {
+            Some(row) => vec![(shard, row)],
+            None => Vec::new(),
+        },
+        None => {
+            let mut rows = Vec::new();
+            for shard in 0..crate::pages::OUTBOX_SHARDS {
+                let want = limit.saturating_sub(rows.len() as u32);
+                if want == 0 {
+                    break;
+                }
+                let page = store.read(&ReadQuery::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard)]).limit(want)).await?;
+                rows.extend(page.rows.into_iter().map(|row| (shard, row)));
+            }
+            rows
+        }
+    };
+    let mut moved = 0;
+    for (shard, row) in rows {
+        let Some(id) = row.timeuuid("id") else { continue };
+        let back: Write = copy_columns(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]), &row).set("attempts", 0i64).into();
+        store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
+        metrics::counter!("outbox_redriven_total", "kind" => bounded_kind(row.text("kind").unwrap_or_default())).increment(1);
+        moved += 1;
+    }
+    if moved > 0 {
+        tracing::info!(moved, "dead letters re-driven into the outbox");
+    }
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> ClientError {
+        ClientError::Status {
+            method: http::Method::PUT,
+            url: "http://x/".into(),
+            status: StatusCode::from_u16(code).unwrap(),
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn only_answers_that_retrying_cannot_change_are_permanent() {
+        for code in [400, 404, 405, 409, 410, 413, 415, 422] {
+            assert!(matches!(Failure::of(status(code)), Failure::Permanent { status: Some(c), .. } if c == code), "{code}");
+        }
+        for code in [401, 403, 408, 429, 500, 502, 503, 504] {
+            assert!(matches!(Failure::of(status(code)), Failure::Transient(_)), "{code}");
+        }
+        let transport = ClientError::Transport { method: http::Method::PUT, url: "http://x/".into(), reason: "refused".into() };
+        assert!(matches!(Failure::of(transport), Failure::Transient(_)));
+        let dots = ClientError::DotSegment { method: http::Method::PUT, path: "/d/v1/archive/../1".into() };
+        assert!(matches!(Failure::of(dots), Failure::Permanent { status: None, .. }));
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_junk() {
+        for cursor in [DeadLetterCursor { shard: 0, page_token: None }, DeadLetterCursor { shard: 15, page_token: Some("abc:d".into()) }] {
+            assert_eq!(DeadLetterCursor::parse(&cursor.render()), Some(cursor));
+        }
+        for junk in ["", "16", "-1", "x", "3:", "99999999999999999999"] {
+            assert_eq!(DeadLetterCursor::parse(junk), None, "{junk}");
+        }
+    }
 }

@@ -26,8 +26,6 @@ use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Writ
 
 use crate::render::{RenderBody, RenderId, StoredParts};
 
-/// Renders may carry a tid at most this far ahead of our clock.
-pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
 /// Outbox rows are spread over this many partitions.
 pub const OUTBOX_SHARDS: i64 = 16;
 
@@ -172,9 +170,7 @@ impl Pages {
         pre: &Preconditions,
     ) -> Result<PutOutcome, ApiError> {
         body.validate()?;
-        if id.tid.time() > SystemTime::now() + MAX_CLOCK_SKEW {
-            return Err(ApiError::bad_request(format!("tid {} lies in the future ({})", id.tid, rendered_at(id.tid))));
-        }
+        id.tid.check_render_time(SystemTime::now())?;
         if self.is_suppressed(domain, title, id.rev).await? {
             return Err(ApiError::conflict(format!("revision {} of {title} is suppressed", id.rev)));
         }
@@ -258,9 +254,7 @@ impl Pages {
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
-        let token = murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()]));
-        let shard = token.rem_euclid(OUTBOX_SHARDS);
-        Upsert::new(&OUTBOX, [Value::from(shard), Value::from(Tid::now())])
+        Upsert::new(&OUTBOX, [Value::from(outbox_shard(domain, title)), Value::from(Tid::now())])
             .set("kind", kind)
             .set("domain", domain.as_str())
             .set("title", title.as_str())
@@ -338,6 +332,11 @@ impl Pages {
         self.store.apply(writes).await?;
         Ok(())
     }
+}
+
+/// The outbox shard of a page: every row of one page goes to one shard, in order.
+pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
+    murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(OUTBOX_SHARDS)
 }
 
 /// The body old-store's archive write takes, compressed for the batch it rides in.

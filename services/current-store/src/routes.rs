@@ -8,7 +8,8 @@
 //! real parameter names.
 
 use axum::Json;
-use axum::extract::{FromRef, Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -18,6 +19,7 @@ use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, WriteAccess};
 use utoipa::OpenApi;
 
+use crate::outbox::{self, DeadLetter, DeadLetterCursor};
 use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
 use crate::render::{Part, RenderBody, RenderId, decode_part};
 
@@ -44,11 +46,19 @@ pub fn router(state: AppState) -> axum::Router {
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render_of_tid))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}"), get(get_latest).post(post_render))
         .route(&format!("{PAGE}/{{part_or_title}}"), delete(delete_page))
-        .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata))
-        .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions))
+        // A static segment wins over a parameter, so pages named `title` and
+        // `revisions` are written through these two routes' POST.
+        .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata).post(post_render_of_page_title))
+        .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions).post(post_render_of_page_revisions))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .route(DEAD_LETTERS, get(list_dead_letters))
+        .route(&format!("{DEAD_LETTERS}/redrive"), post(redrive_dead_letters))
+        .route(&format!("{DEAD_LETTERS}/{{shard}}/{{id}}/redrive"), post(redrive_dead_letter))
         .with_state(state)
 }
+
+/// The admin routes of the outbox's dead letters.
+const DEAD_LETTERS: &str = "/admin/outbox/dead-letters";
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -65,9 +75,12 @@ pub fn router(state: AppState) -> axum::Router {
         title_metadata,
         list_revisions,
         delete_page,
-        suppress_revision
+        suppress_revision,
+        list_dead_letters,
+        redrive_dead_letters,
+        redrive_dead_letter
     ),
-    components(schemas(RenderBody, TitleMetadata, HeldRender, RevisionList, Problem))
+    components(schemas(RenderBody, TitleMetadata, HeldRender, RevisionList, DeadLetterList, DeadLetter, Redriven, Problem))
 )]
 pub struct ApiDoc;
 
@@ -165,9 +178,14 @@ async fn from_old_store(
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(FIXED_CACHE));
             Ok(Some((StatusCode::OK, headers, answer.body).into_response()))
         }
-        Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => Ok(None),
-        Err(e @ ClientError::Status { .. }) | Err(e @ ClientError::Transport { .. }) => {
-            Err(ApiError::unavailable(format!("old-store: {e}")))
+        // A refusal (404, or a 4xx for a request old-store will never answer)
+        // means old-store does not have it: not found, as if never archived.
+        Err(e) if e.status().is_some_and(|s| s.is_client_error()) => {
+            tracing::debug!(error = %e, "old-store refused the fallback read");
+            Ok(None)
+        }
+        Err(e @ (ClientError::Status { .. } | ClientError::Transport { .. } | ClientError::Decode { .. })) => {
+            Err(ApiError::dependency_unavailable("old-store", e))
         }
         Err(e) => Err(ApiError::internal(e)),
     }
@@ -241,9 +259,42 @@ async fn post_render(
     headers: HeaderMap,
     Json(body): Json<RenderBody>,
 ) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
-    let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::now() };
-    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
+    store_with_a_new_tid(&state, &domain, &title, &rev, &headers, &body).await
+}
+
+/// `POST /{domain}/v1/page/title/{rev}`: a render of the page named `title`.
+async fn post_render_of_page_title(
+    access: WriteAccess,
+    state: State<AppState>,
+    Path((domain, rev)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Json<RenderBody>,
+) -> Result<Response, ApiError> {
+    post_render(access, state, Path((domain, "title".to_owned(), rev)), headers, body).await
+}
+
+/// `POST /{domain}/v1/page/revisions/{rev}`: a render of the page named `revisions`.
+async fn post_render_of_page_revisions(
+    access: WriteAccess,
+    state: State<AppState>,
+    Path((domain, rev)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Json<RenderBody>,
+) -> Result<Response, ApiError> {
+    post_render(access, state, Path((domain, "revisions".to_owned(), rev)), headers, body).await
+}
+
+async fn store_with_a_new_tid(
+    state: &AppState,
+    domain: &str,
+    title: &str,
+    rev: &str,
+    headers: &HeaderMap,
+    body: &RenderBody,
+) -> Result<Response, ApiError> {
+    let (domain, title) = page_key(state, domain, title)?;
+    let id = RenderId { rev: RevId::parse(rev)?, tid: Tid::now() };
+    let outcome = state.pages.put(&domain, &title, id, body, &preconditions(headers)?).await?;
     written(outcome, &domain, &title, id)
 }
 
@@ -376,4 +427,90 @@ async fn suppress_revision(
     let (domain, title) = page_key(&state, &domain, &title)?;
     state.pages.suppress(&domain, &title, RevId::parse(&rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct DeadLetterList {
+    items: Vec<DeadLetter>,
+    /// Pass back as `cursor` for the next page; `null` at the end.
+    next: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadLetterQuery {
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct Redriven {
+    /// How many dead letters went back into the outbox.
+    redriven: usize,
+}
+
+const DEFAULT_DEAD_LETTER_LIMIT: u32 = 100;
+const MAX_DEAD_LETTER_LIMIT: u32 = 1000;
+
+fn dead_letter_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit.unwrap_or(DEFAULT_DEAD_LETTER_LIMIT) {
+        n @ 1..=MAX_DEAD_LETTER_LIMIT => Ok(n),
+        n => Err(ApiError::bad_request(format!("limit {n} is not within 1-{MAX_DEAD_LETTER_LIMIT}"))),
+    }
+}
+
+/// Outbox deliveries the receiver refused for good, oldest first per shard.
+#[utoipa::path(get, path = "/admin/outbox/dead-letters",
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("cursor" = Option<String>, Query)),
+    responses((status = 200, body = DeadLetterList), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn list_dead_letters(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    query: Result<Query<DeadLetterQuery>, QueryRejection>,
+) -> Result<Json<DeadLetterList>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limit = dead_letter_limit(query.limit)?;
+    let from = match &query.cursor {
+        Some(text) => Some(DeadLetterCursor::parse(text).ok_or_else(|| ApiError::bad_request("cursor: not one this service gave"))?),
+        None => None,
+    };
+    let (items, next) = outbox::dead_letters(&state.pages.store, from, limit).await?;
+    Ok(Json(DeadLetterList { items, next: next.map(|c| c.render()) }))
+}
+
+/// Put up to `limit` dead letters back into the outbox, to be delivered again in their original order.
+#[utoipa::path(post, path = "/admin/outbox/dead-letters/redrive",
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000)),
+    responses((status = 200, body = Redriven), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn redrive_dead_letters(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    query: Result<Query<DeadLetterQuery>, QueryRejection>,
+) -> Result<Json<Redriven>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limit = dead_letter_limit(query.limit)?;
+    Ok(Json(Redriven { redriven: outbox::redrive(&state.pages.store, None, limit).await? }))
+}
+
+/// Put one dead letter back into the outbox.
+#[utoipa::path(post, path = "/admin/outbox/dead-letters/{shard}/{id}/redrive",
+    params(("shard" = u32, Path, minimum = 0, maximum = 15), ("id" = String, Path, description = "the dead letter's id (a time-based UUID)")),
+    responses((status = 200, body = Redriven), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)),
+    security(("bearer" = [])))]
+async fn redrive_dead_letter(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((shard, id)): Path<(String, String)>,
+) -> Result<Json<Redriven>, ApiError> {
+    let shard = shard
+        .parse::<i64>()
+        .ok()
+        .filter(|s| (0..crate::pages::OUTBOX_SHARDS).contains(s))
+        .ok_or_else(|| ApiError::bad_request(format!("shard must be 0-{}", crate::pages::OUTBOX_SHARDS - 1)))?;
+    let id = Tid::parse(&id)?.uuid();
+    match outbox::redrive(&state.pages.store, Some((shard, id)), 1).await? {
+        0 => Err(ApiError::not_found(format!("no dead letter {id} in shard {shard}"))),
+        redriven => Ok(Json(Redriven { redriven })),
+    }
 }

@@ -369,7 +369,7 @@ impl Archive {
             self.schedule_after_append(key, state, block, revisions);
             return Ok(ArchiveOutcome::Stored);
         }
-        Err(ApiError::unavailable(format!("{title}: too many concurrent writers, try again")))
+        Err(ApiError::unavailable("too many concurrent writers to this title; retry later"))
     }
 
     /// The title's allocation state: the statics of `archive_meta`.

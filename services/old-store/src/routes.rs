@@ -21,8 +21,6 @@ use utoipa::OpenApi;
 use crate::archive::{Archive, ArchiveOutcome, Located};
 use crate::body::{ArchiveBody, Part, StoredParts, bundle};
 
-/// How far in the future a render time may lie (clock skew between hosts).
-const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 /// A given render never changes; it can only be hidden, so caches keep it a day.
 const FIXED_CACHE: &str = "max-age=86400";
 const DEFAULT_LIST_LIMIT: u32 = 100;
@@ -111,9 +109,7 @@ async fn put_render(
     let tid = Tid::parse(&tid)?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     body.validate()?;
-    if tid.time() > std::time::SystemTime::now() + MAX_CLOCK_SKEW {
-        return Err(ApiError::bad_request(format!("tid {tid} lies in the future ({})", revstore_keys::rfc3339(tid.time()))));
-    }
+    tid.check_render_time(std::time::SystemTime::now())?;
     let outcome = state.archive.archive(&domain, &title, rev, tid, body.encode()).await?;
     let (status, outcome, reason) = match outcome {
         ArchiveOutcome::Stored => (StatusCode::CREATED, "stored", None),

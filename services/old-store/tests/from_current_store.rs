@@ -92,3 +92,195 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
 }
 
 revstore_test_service::on_both_engines!(renders_flow_from_current_store_to_old_store_and_back);
+
+fn peer_token_file() -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(file.path(), common::TOKEN).expect("write token");
+    file
+}
+
+async fn start_current_in(dir: &std::path::Path, old_store: &common::Service, peer_token: &tempfile::NamedTempFile) -> common::Service {
+    let peer = peer_token.path().to_str().expect("utf-8");
+    revstore_test_service::start_in(
+        dir,
+        "revstore-current-store",
+        CURRENT_TOKEN,
+        &["--old-store-url", &old_store.url(""), "--peer-token-file", peer],
+        launch_current,
+    )
+    .await
+}
+
+async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<serde_json::Value> {
+    let answer = http.get(current.url("/admin/outbox/dead-letters")).bearer_auth(CURRENT_TOKEN).send().await.expect("send");
+    assert_eq!(answer.status(), 200);
+    let list: serde_json::Value = answer.json().await.expect("json");
+    assert!(list["next"].is_null(), "{list}");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The probe's data loss: an outbox row old-store can never accept (a title
+/// `..` queued before titles were checked; a render larger than old-store
+/// takes) used to be retried forever, and every later first render of its
+/// shard never reached old-store. Now such rows move to the dead letters,
+/// the shard keeps flowing, and an operator can list and re-drive them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
+    let domain = revstore_keys::Domain::parse("en.wikipedia.org").expect("domain");
+    let title = |t: &str| revstore_keys::Title::parse(t, Default::default()).expect("title");
+    let strict_old = start_on(Engine::Embedded, &["--body-limit-bytes", "20000"]).await;
+    let current_dir = tempfile::tempdir().expect("tempdir");
+    // A row queued by an earlier build that took `..` as a title, in the shard of `Big`.
+    let shard = revstore_current_store::pages::outbox_shard(&domain, &title("Big"));
+    {
+        let store = revstore_storage::open(revstore_storage::StorageSettings::Embedded {
+            data_dir: current_dir.path().to_owned(),
+            options: Default::default(),
+        })
+        .await
+        .expect("open");
+        store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+        let payload = revstore_codecs::Envelope::default()
+            .encode(br#"{"html":"<p>dots</p>","data-parsoid":{},"section-offsets":{}}"#, revstore_codecs::Compression::None);
+        store
+            .write(
+                revstore_storage::Upsert::new(
+                    &revstore_schema::tables::current_store::OUTBOX,
+                    [revstore_storage::Value::from(shard), revstore_storage::Value::from(Tid::now())],
+                )
+                .set("kind", "archive")
+                .set("domain", "en.wikipedia.org")
+                .set("title", "..")
+                .set("rev", 7i64)
+                .set("tid", Tid::now())
+                .set("payload", payload)
+                .set("attempts", 0i64),
+            )
+            .await
+            .expect("queue the row");
+    }
+    let peer_token = peer_token_file();
+    let current = start_current_in(current_dir.path(), &strict_old, &peer_token).await;
+    let http = reqwest::Client::new();
+    let put = async |title: &str, rev: u64, html: String| {
+        let body = json!({ "html": html, "data-parsoid": {}, "section-offsets": {} });
+        let url = current.url(&format!("/en.wikipedia.org/v1/page/{title}/{rev}/{}", Tid::now()));
+        http.put(url).bearer_auth(CURRENT_TOKEN).json(&body).send().await.expect("send").status()
+    };
+    // Larger than old-store's body limit: refused with 413, for good.
+    assert_eq!(put("Big", 1, "<p>big</p>".repeat(4000)).await, 201);
+    // Later first renders, several in the blocked shards.
+    let mut later: Vec<String> = (0..40).map(|i| format!("Page_{i}")).collect();
+    later.extend(
+        (0..400)
+            .map(|i| format!("Same_shard_{i}"))
+            .filter(|t| revstore_current_store::pages::outbox_shard(&domain, &title(t)) == shard)
+            .take(3),
+    );
+    for t in &later {
+        assert_eq!(put(t, 1, format!("<p>{t}</p>")).await, 201);
+    }
+    for t in &later {
+        eventually(&format!("{t} reaches old-store"), async || {
+            http.get(strict_old.url(&format!("/en.wikipedia.org/v1/archive/html/{t}/1"))).send().await.expect("send").status() == 200
+        })
+        .await;
+    }
+    let mut refused = Vec::new();
+    eventually("both refused rows are dead letters", async || {
+        refused = dead_letters(&http, &current).await;
+        refused.len() == 2
+    })
+    .await;
+    let by_title =
+        |t: &str| refused.iter().find(|d| d["title"] == t).cloned().unwrap_or_else(|| panic!("no dead letter for {t}: {refused:?}"));
+    assert_eq!((by_title("Big")["status"].as_u64(), by_title("Big")["kind"].as_str()), (Some(413), Some("archive")));
+    assert!(by_title("..")["reason"].as_str().is_some_and(|r| r.contains("dot segment")), "{refused:?}");
+    assert_eq!(by_title("..")["shard"].as_i64(), Some(shard));
+    let unauthenticated = http.get(current.url("/admin/outbox/dead-letters")).send().await.expect("send");
+    assert_eq!(unauthenticated.status(), 401, "dead letters hold page content: the write token is needed");
+    let metrics = http.get(current.url("/metrics")).send().await.expect("send").text().await.expect("text");
+    assert!(metrics.lines().any(|l| l.starts_with("outbox_dead_letters_total{") && l.contains("kind=\"archive\"")), "{metrics}");
+    current.stop().await;
+
+    // The operator fixes the receiver (here: an old-store that takes large
+    // bodies) and re-drives: `Big` arrives, `..` is refused again and stays aside.
+    let roomy_old = start_on(Engine::Embedded, &[]).await;
+    let current = start_current_in(current_dir.path(), &roomy_old, &peer_token).await;
+    let redriven: serde_json::Value = http
+        .post(current.url("/admin/outbox/dead-letters/redrive"))
+        .bearer_auth(CURRENT_TOKEN)
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(redriven["redriven"], 2, "{redriven}");
+    eventually("the re-driven render reaches old-store", async || {
+        http.get(roomy_old.url("/en.wikipedia.org/v1/archive/html/Big/1")).send().await.expect("send").status() == 200
+    })
+    .await;
+    eventually("the row old-store can never take is a dead letter again", async || {
+        let left = dead_letters(&http, &current).await;
+        left.len() == 1 && left[0]["title"] == ".."
+    })
+    .await;
+    let id = dead_letters(&http, &current).await[0]["id"].as_str().expect("id").to_owned();
+    let one = http.post(current.url(&format!("/admin/outbox/dead-letters/{shard}/{id}/redrive"))).bearer_auth(CURRENT_TOKEN).send().await;
+    assert_eq!(one.expect("send").status(), 200);
+    let missing = http
+        .post(current.url(&format!("/admin/outbox/dead-letters/{shard}/{}/redrive", Tid::now())))
+        .bearer_auth(CURRENT_TOKEN)
+        .send()
+        .await;
+    assert_eq!(missing.expect("send").status(), 404);
+}
+
+/// A fallback read old-store refuses (here 401: old-store wants read tokens
+/// that this current-store does not have) is a 404, not a 503: the client
+/// cannot fix it by retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_read_that_old_store_refuses_is_not_found() {
+    let old = start_on(Engine::Embedded, &["--read-tokens", "old-store-read-token-0123"]).await;
+    let current = revstore_test_service::start_on(
+        Engine::Embedded,
+        "revstore-current-store",
+        CURRENT_TOKEN,
+        &["--old-store-url", &old.url("")],
+        launch_current,
+    )
+    .await;
+    let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
+    assert_eq!(answer.status(), 404);
+    let body = answer.text().await.expect("body");
+    assert!(!body.contains("127.0.0.1"), "no internal address in the answer: {body}");
+}
+
+/// Titles MediaWiki refuses are refused at the edge, also when percent-encoded
+/// (sent raw here: an HTTP client would resolve the dots away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_titles_are_refused_at_both_edges() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let old = start_on(Engine::Embedded, &[]).await;
+    let current = revstore_test_service::start_on(Engine::Embedded, "revstore-current-store", CURRENT_TOKEN, &[], launch_current).await;
+    let body = r#"{"html":"<p>x</p>","data-parsoid":{},"section-offsets":{}}"#;
+    for (service, token, path) in [
+        (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E%2E/1"),
+        (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E/1"),
+        (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/Foo%2F..%2FBar/1"),
+        (&old, common::TOKEN, &format!("/en.wikipedia.org/v1/archive/%2E%2E/1/{}", Tid::now())),
+    ] {
+        let method = if path.contains("/archive/") { "PUT" } else { "POST" };
+        let mut stream = tokio::net::TcpStream::connect(service.addr).await.expect("connect");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        assert!(answer.starts_with("HTTP/1.1 400"), "{method} {path}: {answer}");
+        assert!(answer.contains("relative path"), "{method} {path}: {answer}");
+    }
+}
