@@ -37,11 +37,36 @@ fn request_id(request: &Request) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
+/// The method as a metric label and log field: the standard methods by name,
+/// any other token (hyper accepts any, of any length) as `other`, so a client
+/// cannot mint label values or fill log lines.
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method as M;
+    match *method {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::OPTIONS => "OPTIONS",
+        M::PATCH => "PATCH",
+        M::TRACE => "TRACE",
+        M::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// The status as a metric label: the code for real HTTP statuses, else `other`.
+fn status_label(status: StatusCode) -> String {
+    if (100..600).contains(&status.as_u16()) { status.as_u16().to_string() } else { "other".to_owned() }
+}
+
 pub async fn observe(State(state): State<ObserveState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request_id(&request);
-    let method = request.method().clone();
-    // Route templates, not raw paths, so metrics have bounded labels.
+    // Every label below is bounded: the method by name or `other`, route
+    // templates (never raw paths), status codes.
+    let method = method_label(request.method());
     let route = request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
     let span = tracing::info_span!(
         "request",
@@ -68,9 +93,9 @@ pub async fn observe(State(state): State<ObserveState>, mut request: Request, ne
     }
     let status = response.status();
     let elapsed = started.elapsed();
-    metrics::counter!("http_requests_total", "service" => state.service, "route" => route.clone(), "method" => method.to_string(), "status" => status.as_u16().to_string())
+    metrics::counter!("http_requests_total", "service" => state.service, "route" => route.clone(), "method" => method, "status" => status_label(status))
         .increment(1);
-    metrics::histogram!("http_request_duration_seconds", "service" => state.service, "route" => route, "method" => method.to_string())
+    metrics::histogram!("http_request_duration_seconds", "service" => state.service, "route" => route, "method" => method)
         .record(elapsed.as_secs_f64());
     span.in_scope(|| {
         if status.is_server_error() {

@@ -189,7 +189,8 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
     let version = match tokio::time::timeout(Duration::from_secs(5), check).await {
         Ok(Ok(version)) => version,
         Ok(Err(StoreError::SchemaMismatch(msg))) => {
-            return Err(ApiError::unavailable("the storage schema is not this build's: run revstore-migrate").with_cause(msg));
+            // Our own words (versions, what to run): safe and useful to show.
+            return Err(ApiError::unavailable(format!("storage schema: {msg}")));
         }
         Ok(Err(e)) => return Err(ApiError::dependency_unavailable("storage", e)),
         Err(_) => return Err(ApiError::unavailable("storage did not answer within 5 s")),
