@@ -9,6 +9,8 @@
 //! - [`access`]: bearer tokens for writes (and, optionally, reads).
 //! - [`middleware`]: request ids, spans named by route, Prometheus metrics,
 //!   problem bodies for every error response.
+//! - [`connections`]: the accepted connections, with a cap, a header-read
+//!   timeout and an idle timeout (slowloris).
 //! - [`server`]: the router around a service's routes (`/healthz`, `/readyz`,
 //!   `/metrics`, `/openapi.json`, timeouts, body limits, panics caught) and
 //!   [`server::serve`] with its graceful shutdown.
@@ -16,6 +18,7 @@
 //!   with the schema ([`open_store`]).
 
 pub mod access;
+pub mod connections;
 pub mod launch;
 pub mod middleware;
 pub mod problem;

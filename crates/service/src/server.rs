@@ -28,6 +28,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::access::{Access, require_read_access};
+use crate::connections::{ConnectionHandle, LimitedListener, track_requests};
 use crate::middleware::{ObserveState, observe};
 use crate::problem::{ApiError, problem_response};
 use crate::settings::ServiceSettings;
@@ -240,9 +241,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let service = platform.service();
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        let _ = stopped.await;
-    });
+    let listener = LimitedListener::new(listener, platform.settings().connections);
+    let router = router.layer(axum::middleware::from_fn(track_requests));
+    let server =
+        axum::serve(listener, router.into_make_service_with_connect_info::<ConnectionHandle>()).with_graceful_shutdown(async move {
+            let _ = stopped.await;
+        });
     let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(server.into_future());
     tokio::select! {
         result = &mut server => {

@@ -15,6 +15,7 @@ use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
 use scylla::frame::types::Consistency;
 
 use crate::access::Access;
+use crate::connections::ConnectionLimits;
 
 /// A secret value: never printed, not even by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
@@ -110,6 +111,20 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
     pub request_timeout_secs: u64,
 
+    /// Most connections open at once; at the cap the one idle longest is closed
+    /// (lowered automatically to stay below the file-descriptor limit).
+    #[arg(long, env = "REVSTORE_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Seconds a request's headers may take to arrive, from their first byte
+    /// (and a new connection may stay silent).
+    #[arg(long, env = "REVSTORE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+
+    /// Seconds a kept-alive connection may stay idle between requests.
+    #[arg(long, env = "REVSTORE_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    pub idle_timeout_secs: u64,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "REVSTORE_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub body_limit_bytes: usize,
@@ -157,6 +172,8 @@ pub struct ServiceSettings {
     pub access: Access,
     pub page_token_key: Option<Secret>,
     pub request_timeout: Duration,
+    /// How many connections, and how slow and idle they may be.
+    pub connections: ConnectionLimits,
     pub body_limit: usize,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
@@ -219,11 +236,19 @@ impl CommonArgs {
         if self.body_limit_bytes == 0 || self.request_timeout_secs == 0 {
             return Err(SettingsError("the body limit and the request timeout must be above zero".into()));
         }
+        if self.max_connections == 0 || self.header_read_timeout_secs == 0 || self.idle_timeout_secs == 0 {
+            return Err(SettingsError("the connection cap, the header-read timeout and the idle timeout must be above zero".into()));
+        }
         Ok(ServiceSettings {
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], default_port))),
             access: Access::new(&write, if read.is_empty() { None } else { Some(&read) }),
             page_token_key,
             request_timeout: Duration::from_secs(self.request_timeout_secs),
+            connections: ConnectionLimits {
+                max_connections: self.max_connections,
+                header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+                idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            },
             body_limit: self.body_limit_bytes,
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),

@@ -625,3 +625,79 @@ async fn request_chosen_methods_do_not_mint_metric_series() {
     // 50 more odd requests add no series beyond one route label ("unmatched").
     assert!(metrics.len() < before + 4096, "metrics grew from {before} to {} bytes", metrics.len());
 }
+
+/// Reads until the server closes the connection; how long that took.
+async fn time_until_closed(stream: &mut tokio::net::TcpStream) -> std::time::Duration {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the connection was still open after 30 s"),
+        }
+    }
+}
+
+/// Slowloris, as the probe ran it: connections that trickle header bytes or
+/// send nothing stayed open indefinitely, and enough of them stopped every
+/// new request, /healthz included. Now headers must arrive within the
+/// header-read timeout, idle keep-alive connections close, and at the
+/// connection cap the longest-waiting connection makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed_and_healthz_stays_answerable() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start(&["--header-read-timeout-secs", "1", "--idle-timeout-secs", "3", "--max-connections", "8"], true, None).await;
+
+    // Trickled headers: closed about a second after their first byte.
+    let mut trickle = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    let trickling = tokio::spawn(async move {
+        for b in b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: " {
+            if trickle.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        time_until_closed(&mut trickle).await
+    });
+    // Silent from the start: closed after the header-read timeout.
+    let mut silent = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    let silent_for = time_until_closed(&mut silent).await;
+    assert!(silent_for < std::time::Duration::from_secs(3), "a silent connection stayed {silent_for:?}");
+    trickling.await.expect("trickle task");
+
+    // Kept alive after an answer: still usable past the header-read timeout,
+    // closed after the idle timeout.
+    let mut kept = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut buf = [0u8; 1024];
+    kept.write_all(request).await.expect("write");
+    assert!(kept.read(&mut buf).await.expect("read") > 0);
+    tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
+    kept.write_all(request).await.expect("write");
+    let n = kept.read(&mut buf).await.expect("read");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"), "a kept-alive connection is reusable within the idle timeout");
+    let idle_for = time_until_closed(&mut kept).await;
+    assert!(idle_for > std::time::Duration::from_secs(2) && idle_for < std::time::Duration::from_secs(5), "closed after {idle_for:?} idle");
+
+    // Many more slow connections than the cap: /healthz is still answered promptly.
+    let mut attackers = Vec::new();
+    for _ in 0..40 {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+        c.write_all(b"GET /healthz HTTP/1.1\r\nho").await.expect("write");
+        attackers.push(c);
+    }
+    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
+    for _ in 0..5 {
+        let asked = std::time::Instant::now();
+        let answer =
+            http.get(s.url("/healthz")).timeout(std::time::Duration::from_secs(2)).send().await.expect("healthz answers under attack");
+        assert_eq!(answer.status(), 200);
+        assert!(asked.elapsed() < std::time::Duration::from_millis(1500), "{:?}", asked.elapsed());
+    }
+    let metrics = http.get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
+    for reason in ["header_timeout", "idle_timeout", "evicted"] {
+        assert!(metrics.contains(&format!("http_connections_closed_total{{reason=\"{reason}\"}}")), "{reason}: {metrics}");
+    }
+}
