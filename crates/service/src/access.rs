@@ -59,11 +59,13 @@ impl Access {
         let value = headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| ApiError::unauthorized("this needs an Authorization: Bearer <token> header"))?;
+        // The scheme is case-insensitive (RFC 9110 section 11.1): `Bearer`, `bearer`, `BEARER`.
         let token = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
+            .and_then(|v| v.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?;
         Ok(digest(token))
@@ -137,6 +139,12 @@ mod tests {
         assert_eq!(access.check_write(&headers("Bearer wrong-token-0123456789")).unwrap_err().status(), 403);
         assert_eq!(access.check_write(&http::HeaderMap::new()).unwrap_err().status(), 401);
         assert_eq!(access.check_write(&headers("Basic dXNlcjpwYXNz")).unwrap_err().status(), 401);
+        // The scheme is case-insensitive (RFC 9110 section 11.1); the token is not.
+        for scheme in ["BEARER", "bearer", "BeArEr"] {
+            assert!(access.check_write(&headers(&format!("{scheme} old-token-0123456789"))).is_ok(), "{scheme}");
+        }
+        assert_eq!(access.check_write(&headers("Bearer OLD-TOKEN-0123456789")).unwrap_err().status(), 403);
+        assert_eq!(access.check_write(&headers("Bearertoken-0123456789")).unwrap_err().status(), 401);
         assert_eq!(access.check_write(&headers("Bearer ")).unwrap_err().status(), 401);
         assert!(access.check_read(&http::HeaderMap::new()).is_ok(), "reads are open by default");
     }

@@ -83,6 +83,11 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", detail)
     }
 
+    /// 415: a body in a type or encoding the route does not take.
+    pub fn unsupported_media_type(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", detail)
+    }
+
     /// 503 with a detail that is safe to show ("shutting down"); retry later.
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)

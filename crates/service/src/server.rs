@@ -125,7 +125,9 @@ impl Platform {
             .route("/metrics", get(metrics))
             .route("/openapi.json", get(openapi))
             .with_state(self.clone());
-        let routes = routes.layer(axum::middleware::from_fn_with_state(settings.access.clone(), require_read_access));
+        let routes = routes
+            .layer(axum::middleware::from_fn_with_state(settings.access.clone(), require_read_access))
+            .layer(axum::middleware::from_fn(refuse_encoded_bodies));
         ops.merge(routes)
             .layer(DefaultBodyLimit::max(settings.body_limit))
             .layer(RequestBodyLimitLayer::new(settings.body_limit))
@@ -133,6 +135,17 @@ impl Platform {
             .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
             .layer(axum::middleware::from_fn_with_state(ObserveState { service: self.inner.service }, observe))
     }
+}
+
+/// Refuses a request body with a `Content-Encoding` (other than `identity`):
+/// no service decodes compressed bodies, and reading one as plain JSON
+/// would ignore what the client said about it.
+async fn refuse_encoded_bodies(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let encoded = request.headers().get_all(header::CONTENT_ENCODING).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return ApiError::unsupported_media_type("request bodies are not decoded: send them without a Content-Encoding").into_response();
+    }
+    next.run(request).await
 }
 
 /// Purges expired rows and tombstones every `interval`, so TTLs free disk space

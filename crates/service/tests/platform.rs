@@ -278,6 +278,16 @@ async fn bad_input_gets_a_problem_document() {
     let (status, _, headers) = problem(http.delete(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
     assert_eq!(status, 405);
     assert!(headers.contains_key("allow"));
+    // A Content-Encoding is never ignored: the probe's 'gzip' body that was
+    // not gzip was stored as plain JSON; now any encoded body is a 415.
+    for encoding in ["gzip", "br", "identity, gzip"] {
+        let (status, body, _) = problem(
+            put("/en.wikipedia.org/v1/items/k", r#"{"value":"v"}"#).header("content-encoding", encoding).send().await.expect("send"),
+        )
+        .await;
+        assert_eq!(status, 415, "{encoding}");
+        assert!(body["detail"].as_str().unwrap_or_default().contains("Content-Encoding"), "{body}");
+    }
     // Nothing was written by the rejected requests.
     let (status, _, _) = problem(http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send")).await;
     assert_eq!(status, 404);
@@ -295,6 +305,8 @@ async fn writes_need_a_valid_token_and_tokens_rotate() {
     assert_eq!(status, 403);
     assert_eq!(put().bearer_auth(WRITE_TOKEN).send().await.expect("send").status(), 201);
     assert_eq!(put().bearer_auth(ROTATED_TOKEN).send().await.expect("send").status(), 201);
+    let upper_case_scheme = put().header("authorization", format!("BEARER {WRITE_TOKEN}")).send().await.expect("send");
+    assert_eq!(upper_case_scheme.status(), 201, "auth schemes are case-insensitive (RFC 9110 section 11.1)");
     let read = http.get(s.url("/en.wikipedia.org/v1/items/k")).send().await.expect("send");
     assert_eq!(read.status(), 200, "reads are open by default");
     assert_eq!(read.json::<Item>().await.expect("json").value, "v");

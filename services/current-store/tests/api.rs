@@ -161,6 +161,10 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
             "extra",
         ),
         (format!("{PAGE}/Anarchism/1/{}", future_tid()), good_json.clone(), 400, "lies in the future"),
+        // A tid from 1582 (the UUID epoch) used to be stored.
+        (format!("{PAGE}/Anarchism/1/00000000-0000-1000-8000-000000000000"), good_json.clone(), 400, "before 2001"),
+        (format!("{PAGE}/Foo%2F..%2FBar/1/{tid}"), good_json.clone(), 400, "relative path"),
+        (format!("{PAGE}/:Anarchism/1/{tid}"), good_json.clone(), 400, "':'"),
     ] {
         let body = problem(put_raw(path.clone(), body).await.expect("send"), status).await;
         assert!(body["detail"].as_str().unwrap_or_default().to_lowercase().contains(&says.to_lowercase()), "{path}: {body}");
@@ -184,6 +188,28 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
     problem(client().get(s.url(&format!("{PAGE}/xml/Anarchism"))).send().await.expect("send"), 404).await;
     // None of it was written.
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send"), 404).await;
+}
+
+/// Pages named like the static routes' first segment (`title`, `revisions`)
+/// could not be written by POST: the static GET routes answered 405.
+async fn pages_named_title_and_revisions_can_be_posted(engine: Engine) {
+    let s = start_on(engine, &[]).await;
+    for name in ["title", "revisions", "Title"] {
+        let posted = client().post(s.url(&format!("{PAGE}/{name}/5"))).bearer_auth(TOKEN).json(&render("<p>named</p>", 1)).send().await;
+        let posted = posted.expect("send");
+        assert_eq!(posted.status(), 201, "POST {name}");
+        let location = posted.headers().get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+        let page = if name.eq_ignore_ascii_case("title") { "Title" } else { "Revisions" };
+        assert!(location.starts_with(&format!("/en.wikipedia.org/v1/page/html/{page}/5/")), "{location}");
+    }
+    for name in ["Title", "Revisions"] {
+        let html = client().get(s.url(&format!("{PAGE}/html/{name}/5"))).send().await.expect("send");
+        assert_eq!((html.status().as_u16(), html.text().await.expect("body")), (200, "<p>named</p>".to_owned()), "{name}");
+    }
+    // The static routes still mean what they meant.
+    let meta: Value = client().get(s.url(&format!("{PAGE}/title/Title"))).send().await.expect("send").json().await.expect("json");
+    assert_eq!(meta["rev"], 5);
+    problem(client().post(s.url(&format!("{PAGE}/title/5"))).json(&render("<p>x</p>", 1)).send().await.expect("send"), 401).await;
 }
 
 fn uuid_v4() -> String {
@@ -255,4 +281,5 @@ revstore_test_service::on_both_engines!(
     delete_and_suppress_hide_content,
     titles_with_slashes_and_spaces_are_one_page,
     the_openapi_document_covers_the_contract,
+    pages_named_title_and_revisions_can_be_posted,
 );
