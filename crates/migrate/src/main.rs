@@ -85,7 +85,7 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("revstore-migrate: {engine}: {e}");
             ExitCode::from(match e {
-                StoreError::Unavailable(_) => 69,
+                StoreError::Unavailable(_) | StoreError::StorageFull(_) => 69,
                 StoreError::Invalid(_) => 64,
                 _ => 65,
             })

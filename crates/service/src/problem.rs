@@ -172,6 +172,9 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(msg) => ApiError::bad_request(msg),
             StoreError::BadPageToken(e) => ApiError::bad_request(format!("cursor: {e}")),
             StoreError::Unavailable(msg) => ApiError::dependency_unavailable("storage", msg),
+            StoreError::StorageFull(msg) => {
+                ApiError::unavailable("storage is full: writes are refused until space is freed; reads still work").with_cause(msg)
+            }
             StoreError::SchemaMismatch(msg) => ApiError::dependency_unavailable("the storage schema", msg),
             e @ (StoreError::Corrupt(_) | StoreError::Internal(_)) => ApiError::internal(e),
         }

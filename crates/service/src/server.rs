@@ -209,7 +209,10 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
         Ok(Err(e)) => return Err(ApiError::dependency_unavailable("storage", e)),
         Err(_) => return Err(ApiError::unavailable("storage did not answer within 5 s")),
     };
-    Ok(Json(serde_json::json!({ "status": "ready", "engine": store.kind().name(), "schema_version": version })))
+    // A full disk keeps the service ready: reads go on, and taking it out of
+    // the load balancer would stop them too. The body says writes are refused.
+    let writes = if store.is_full() { "refused: storage full" } else { "accepted" };
+    Ok(Json(serde_json::json!({ "status": "ready", "engine": store.kind().name(), "schema_version": version, "writes": writes })))
 }
 
 async fn metrics() -> Response {

@@ -19,6 +19,10 @@ pub enum StoreError {
     /// The storage cannot be reached or did not answer in time; retrying later may work.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The storage has no space left for writes (a full disk); reads go on. The
+    /// operator must free or add space; writes work again by themselves then.
+    #[error("storage full: {0}")]
+    StorageFull(String),
     /// Stored bytes failed an integrity check.
     #[error("corrupt data: {0}")]
     Corrupt(String),

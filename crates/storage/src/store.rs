@@ -75,6 +75,8 @@ pub trait Engine: Send + Sync + Debug {
 pub struct Store {
     engine: Arc<dyn Engine>,
     tokens: PageTokenCodec,
+    /// Whether the last write found the storage full (shared by clones).
+    full: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Used when a deployment configures no key of its own: tokens are then still
@@ -83,7 +85,7 @@ const DEFAULT_PAGE_TOKEN_KEY: &[u8] = b"revstore page tokens v1";
 
 impl Store {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY) }
+        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY), full: Arc::default() }
     }
 
     /// Signs page tokens with `key` (shared by all replicas of a service).
@@ -105,11 +107,36 @@ impl Store {
             Ok(_) => "ok",
             Err(e) if e.is_client_error() => "invalid",
             Err(StoreError::Unavailable(_)) => "unavailable",
+            Err(StoreError::StorageFull(_)) => "full",
             Err(_) => "error",
         };
         metrics::histogram!("storage_operation_duration_seconds", "engine" => self.kind().name(), "operation" => operation, "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
         result
+    }
+
+    /// Notes what a write says about free space: full on `StorageFull`, not
+    /// full on success. Each change is logged once and kept in the
+    /// `storage_full` gauge, so a full disk is one log line, not one per write.
+    fn note_write<T>(&self, result: &StoreResult<T>) {
+        use std::sync::atomic::Ordering;
+        let full = match result {
+            Ok(_) => false,
+            Err(StoreError::StorageFull(_)) => true,
+            Err(_) => return,
+        };
+        if self.full.swap(full, Ordering::Relaxed) != full {
+            metrics::gauge!("storage_full", "engine" => self.kind().name()).set(if full { 1.0 } else { 0.0 });
+            match result {
+                Err(e) => tracing::error!(error = %e, "storage is full: writes are refused until space is freed; reads go on"),
+                Ok(_) => tracing::warn!("storage has space again: writes are accepted"),
+            }
+        }
+    }
+
+    /// Whether the last write was refused for want of space (reads still work).
+    pub fn is_full(&self) -> bool {
+        self.full.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn engine(&self) -> &Arc<dyn Engine> {
@@ -137,7 +164,9 @@ impl Store {
         for w in &writes {
             validate_write(w)?;
         }
-        self.timed("apply", self.engine.apply(writes)).await
+        let result = self.timed("apply", self.engine.apply(writes)).await;
+        self.note_write(&result);
+        result
     }
 
     /// Reads one page of a partition.
@@ -183,7 +212,9 @@ impl Store {
 
     pub async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome> {
         validate_cas(&cas)?;
-        self.timed("cas", self.engine.cas(cas)).await
+        let result = self.timed("cas", self.engine.cas(cas)).await;
+        self.note_write(&result);
+        result
     }
 
     /// Scans partitions in token order, a page at a time.

@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::archive::{Archive, BlockKey, CompactionOutcome};
 
+/// The longest pause after failed compactions.
+const MAX_FAILURE_PAUSE: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Job {
     /// A compaction to run as soon as possible, at this level.
@@ -101,8 +104,22 @@ impl Compactor {
     }
 
     /// Runs compactions until `stop` is cancelled.
+    ///
+    /// A failed compaction is retried after its settle period, and the
+    /// compactor pauses before the next one, longer after each failure in a
+    /// row (up to a minute): when the storage itself fails (a full disk),
+    /// every block would fail alike. Such an episode is logged once when it
+    /// starts and once when compactions succeed again, not once per block.
     pub async fn run(self, archive: Archive, stop: CancellationToken) {
+        let mut failures_in_a_row: u32 = 0;
         loop {
+            if failures_in_a_row > 0 {
+                let pause = Duration::from_millis(500).saturating_mul(1 << failures_in_a_row.min(7)).min(MAX_FAILURE_PAUSE);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
             let (key, level) = match self.take_due() {
                 Ok(job) => job,
                 Err(next) => {
@@ -119,6 +136,10 @@ impl Compactor {
             }
             let started = Instant::now();
             let outcome = archive.compact(&key, level).await;
+            if outcome.is_ok() && failures_in_a_row > 0 {
+                tracing::info!(failures = failures_in_a_row, "compactions succeed again");
+                failures_in_a_row = 0;
+            }
             let seconds = started.elapsed().as_secs_f64();
             metrics::histogram!("old_store_compaction_seconds").record(seconds);
             match outcome {
@@ -135,7 +156,13 @@ impl Compactor {
                 }
                 Err(e) => {
                     metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
-                    tracing::warn!(block = %key, level, error = %e.detail(), "compaction failed; will retry after the settle period");
+                    let error = e.cause().unwrap_or(e.detail());
+                    if failures_in_a_row == 0 {
+                        tracing::warn!(block = %key, level, error, "compaction failed; retrying with a growing pause, logged again once they succeed");
+                    } else {
+                        tracing::debug!(block = %key, level, error, "compaction failed again");
+                    }
+                    failures_in_a_row = failures_in_a_row.saturating_add(1);
                     self.schedule_settle(key, level);
                 }
             }

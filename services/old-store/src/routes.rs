@@ -288,7 +288,7 @@ impl HistoryWalk {
             Ok(None) => None,
             Err(e) => {
                 self.done = true;
-                tracing::error!(title = %self.title, error = %e.detail(), "history stream stopped");
+                tracing::error!(title = %self.title, error = %e.cause().unwrap_or(e.detail()), "history stream stopped");
                 Some(Err(std::io::Error::other(e.detail().to_owned())))
             }
         }

@@ -92,7 +92,7 @@ impl From<rusqlite::Error> for StoreError {
         use rusqlite::ErrorCode;
         match e.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Unavailable(format!("database busy: {e}")),
-            Some(ErrorCode::DiskFull) => StoreError::Unavailable(format!("disk full: {e}")),
+            Some(ErrorCode::DiskFull) => StoreError::StorageFull(format!("disk full: {e}")),
             Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen | ErrorCode::ReadOnly) => StoreError::Unavailable(e.to_string()),
             Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(e.to_string()),
             // A table the database does not have: it was never created (or migrated).
@@ -101,6 +101,9 @@ impl From<rusqlite::Error> for StoreError {
         }
     }
 }
+
+/// `PRAGMA auto_vacuum`'s value for INCREMENTAL.
+const INCREMENTAL_AUTO_VACUUM: i64 = 2;
 
 impl EmbeddedEngine {
     /// Opens (creating if needed) the database in `dir`.
@@ -112,8 +115,13 @@ impl EmbeddedEngine {
 
         let db_path = dir.join(DATABASE_FILE);
         let conn = Connection::open(&db_path)?;
-        // Must precede the first table: lets purges give pages back to the file system.
-        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+        // Must precede the first table: lets purges give pages back to the file
+        // system. Set only when not set yet: the pragma writes even when the
+        // mode is already this one, and would keep a full disk from opening.
+        let auto_vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+        if auto_vacuum != INCREMENTAL_AUTO_VACUUM {
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+        }
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Unavailable(format!("cannot use WAL mode in {}", db_path.display())));

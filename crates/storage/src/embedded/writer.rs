@@ -151,7 +151,11 @@ impl Writer {
                      start from an empty data directory (re-import old-store's history with revstore-import-dump)"
                 )));
             }
-            self.conn.execute_batch(&format!("PRAGMA user_version = {LAYOUT_VERSION}"))?;
+            // Written only when it changes: a start with nothing to create
+            // writes nothing, so a service can start on a full disk.
+            if layout != LAYOUT_VERSION {
+                self.conn.execute_batch(&format!("PRAGMA user_version = {LAYOUT_VERSION}"))?;
+            }
             for ddl in ENGINE_TABLES_DDL {
                 self.conn.execute_batch(ddl)?;
             }
