@@ -17,6 +17,16 @@
 //! - [`launch`]: a binary's `main` ([`service_main`]) and opening the storage
 //!   with the schema ([`open_store`]).
 
+/// The memory allocator of every service process (and of anything else that
+/// links this crate). Services allocate many short-lived buffers of
+/// megabytes on many threads (zstd windows and contexts, decoded blocks,
+/// render bodies); glibc's malloc keeps such memory in per-thread arenas and
+/// old-store's resident memory grew far past its block cache under load (see
+/// BENCHMARKS.md, old-store soak). mimalloc gives freed memory back to the
+/// system.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod access;
 pub mod connections;
 pub mod launch;

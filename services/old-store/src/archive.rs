@@ -193,6 +193,11 @@ struct Inner {
     seal_level: i32,
     cache: BlockCache,
     compactor: Compactor,
+    /// Block decodes in progress at once. Each holds its block's stored rows
+    /// and decoded content (about twice the block's raw size) until done, so
+    /// this bounds the working memory beside the cache; on N cores more than
+    /// N decodes at once gain no throughput anyway.
+    decode_slots: tokio::sync::Semaphore,
 }
 
 /// How an archive is set up.
@@ -207,6 +212,8 @@ pub struct ArchiveSettings {
     /// How long a title's open block must go without writes before it is
     /// compacted at the seal level.
     pub settle: Duration,
+    /// Block decodes in progress at once (at least 1).
+    pub max_concurrent_decodes: usize,
 }
 
 fn key_values(domain: &Domain, title: &Title) -> [Value; 2] {
@@ -240,6 +247,7 @@ impl Archive {
                 seal_level: settings.seal_level,
                 cache,
                 compactor,
+                decode_slots: tokio::sync::Semaphore::new(settings.max_concurrent_decodes.max(1)),
             }),
         }
     }
@@ -467,6 +475,7 @@ impl Archive {
     /// Reads a block partition and decodes it: the compacted frame (only as far
     /// as needed), then the chain of appended rows after it.
     pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ApiError> {
+        let _slot = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
         // Rows first, statics second, in two reads: a compaction between them
         // only moves rows already read into the frame read after them. (The
         // other order could miss rows compacted in between.)

@@ -62,6 +62,11 @@ pub struct Args {
     /// Megabytes of decoded blocks kept in memory for reads.
     #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB", default_value_t = 256)]
     pub block_cache_mb: u64,
+
+    /// Blocks decoded at once (each needs about twice its raw size while
+    /// decoding); 0: one per CPU.
+    #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value_t = 0)]
+    pub max_concurrent_decodes: usize,
 }
 
 impl ServiceArgs for Args {
@@ -78,6 +83,10 @@ impl Args {
             seal_level: self.seal_level,
             cache_bytes: self.block_cache_mb.saturating_mul(1 << 20),
             settle: Duration::from_secs(self.settle_secs),
+            max_concurrent_decodes: match self.max_concurrent_decodes {
+                0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+                n => n,
+            },
         }
     }
 }

@@ -21,6 +21,7 @@ fn settings(max_revisions: u64, max_bytes: u64) -> ArchiveSettings {
         seal_level: 19,
         cache_bytes: 64 << 20,
         settle: Duration::from_secs(3600),
+        max_concurrent_decodes: 2,
     }
 }
 

@@ -1,0 +1,175 @@
+//! old-store's resident memory under a long mixed load: does it level off near
+//! the block cache plus a fixed overhead, or keep growing?
+//!
+//! ```text
+//! cargo bench -p revstore-old-store --bench soak -- [--minutes 10] [--cache-mb 16] [--clients 4] [--binary PATH]
+//! ```
+//! It starts the real `revstore-old-store` binary (or `--binary`, e.g. an older
+//! build, to compare two side by side) with `--block-cache-mb`, loads six
+//! titles with the Anarchism HTML history and two with the wikitext histories
+//! of shared/data, then runs `--clients` clients for `--minutes`: 60% reads of
+//! a random revision of a random title, 10% whole-history NDJSON streams, 30%
+//! appends of a new revision (real HTML, so every block keeps growing and
+//! compacting). Every 15 s it prints the service's RSS (VmRSS from /proc);
+//! at the end it leaves the service idle for 30 s and prints RSS at rest.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use revstore_keys::Tid;
+use serde_json::json;
+
+const TOKEN: &str = "old-store-soak-token";
+const DOMAIN: &str = "en.wikipedia.org";
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+struct Service {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let minutes: f64 = arg("--minutes").map_or(10.0, |m| m.parse().expect("--minutes"));
+    let cache_mb: u64 = arg("--cache-mb").map_or(16, |m| m.parse().expect("--cache-mb"));
+    let clients: usize = arg("--clients").map_or(4, |c| c.parse().expect("--clients"));
+    let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-old-store").to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(&binary)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+        .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--block-cache-mb", &cache_mb.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start old-store");
+    let service = Service { child, base: format!("http://127.0.0.1:{port}") };
+    let pid = service.child.id();
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+    let started = Instant::now();
+    while !http.get(format!("{}/readyz", service.base)).send().await.is_ok_and(|r| r.status() == 200) {
+        assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("binary: {binary}\nblock cache: {cache_mb} MB, clients: {clients}, minutes: {minutes}");
+    println!("RSS at start: {:.1} MB", rss_mb(pid));
+
+    // The titles and their histories.
+    let html = revstore_testdata::anarchism_html();
+    let wikitext_a = revstore_testdata::history("enwiki_Anarchism.wikitext", "wikitext");
+    let wikitext_f = revstore_testdata::history("webplatform_css_font-size.wikitext", "");
+    let mut titles: Vec<(String, &'static str, Arc<Vec<String>>)> = Vec::new();
+    let html = Arc::new(html);
+    for i in 0..6 {
+        titles.push((format!("Soak_html_{i}"), "html", html.clone()));
+    }
+    titles.push(("Soak_wikitext_a".to_owned(), "wikitext", Arc::new(wikitext_a)));
+    titles.push(("Soak_wikitext_f".to_owned(), "wikitext", Arc::new(wikitext_f)));
+    let body = |part: &str, text: &str| if part == "html" { json!({ "html": text }) } else { json!({ "wikitext": text }) };
+    let mut raw = 0usize;
+    for (title, part, history) in &titles {
+        for (i, text) in history.iter().enumerate() {
+            let url = format!("{}/{DOMAIN}/v1/archive/{title}/{}/{}", service.base, i + 1, Tid::now());
+            let r = http.put(url).bearer_auth(TOKEN).json(&body(part, text)).send().await.unwrap();
+            assert_eq!(r.status(), 201);
+            raw += text.len();
+        }
+    }
+    println!("loaded {} titles, {:.1} MB raw; RSS {:.1} MB", titles.len(), raw as f64 / 1e6, rss_mb(pid));
+
+    let titles = Arc::new(titles);
+    let next_rev: Arc<Vec<AtomicU64>> = Arc::new(titles.iter().map(|(_, _, h)| AtomicU64::new(h.len() as u64 + 1)).collect());
+    let counts: Arc<[AtomicU64; 3]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (http, base, titles, next_rev, counts) = (http.clone(), service.base.clone(), titles.clone(), next_rev.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let (which, dice) = {
+                    let mut rng = rand::rng();
+                    (rng.random_range(0..titles.len()), rng.random_range(0..100))
+                };
+                let (title, part, history) = &titles[which];
+                if dice < 60 {
+                    // Loaded revisions only: one appended by another client may not be written yet.
+                    let rev = rand::rng().random_range(1..=history.len());
+                    let r = http.get(format!("{base}/{DOMAIN}/v1/archive/{part}/{title}/{rev}")).send().await.unwrap();
+                    assert_eq!(r.status(), 200, "{title} {rev}");
+                    r.bytes().await.unwrap();
+                    counts[0].fetch_add(1, Ordering::Relaxed);
+                } else if dice < 70 {
+                    let r = http.get(format!("{base}/{DOMAIN}/v1/archive/history/{title}")).send().await.unwrap();
+                    assert_eq!(r.status(), 200);
+                    r.bytes().await.unwrap();
+                    counts[1].fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let rev = next_rev[which].fetch_add(1, Ordering::Relaxed);
+                    let text = &history[rand::rng().random_range(0..history.len())];
+                    let url = format!("{base}/{DOMAIN}/v1/archive/{title}/{rev}/{}", Tid::now());
+                    let body = if *part == "html" { json!({ "html": text }) } else { json!({ "wikitext": text }) };
+                    let r = http.put(url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+                    assert_eq!(r.status(), 201);
+                    counts[2].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    println!("\n| minute | RSS MB | reads | streams | writes |\n|---|---|---|---|---|");
+    let load_started = Instant::now();
+    let mut samples = Vec::new();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(15).min(deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(10)))
+            .await;
+        let rss = rss_mb(pid);
+        samples.push((load_started.elapsed().as_secs_f64() / 60.0, rss));
+        println!(
+            "| {:.2} | {rss:.1} | {} | {} | {} |",
+            load_started.elapsed().as_secs_f64() / 60.0,
+            counts[0].load(Ordering::Relaxed),
+            counts[1].load(Ordering::Relaxed),
+            counts[2].load(Ordering::Relaxed)
+        );
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let at_rest = rss_mb(pid);
+    let peak = samples.iter().map(|s| s.1).fold(0.0, f64::max);
+    let half = samples.len() / 2;
+    let mean = |s: &[(f64, f64)]| s.iter().map(|x| x.1).sum::<f64>() / s.len().max(1) as f64;
+    println!(
+        "\nRSS: peak {peak:.1} MB; mean first half {:.1} MB, second half {:.1} MB; at rest after 30 s idle {at_rest:.1} MB (cache {cache_mb} MB)",
+        mean(&samples[..half]),
+        mean(&samples[half..])
+    );
+}
