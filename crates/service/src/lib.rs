@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`settings`]: flags and `REVSTORE_*` variables common to every service,
 //!   secrets from files, exit code 64 on bad settings.
+//! - [`openapi`]: what every service's OpenAPI document says alike (the
+//!   bearer scheme, the platform's error answers, path parameter constraints).
 //! - [`problem`]: errors as `application/problem+json` (RFC 9457).
 //! - [`access`]: bearer tokens for writes (and, optionally, reads).
 //! - [`middleware`]: request ids, spans named by route, Prometheus metrics,
@@ -31,6 +33,7 @@ pub mod access;
 pub mod connections;
 pub mod launch;
 pub mod middleware;
+pub mod openapi;
 pub mod problem;
 pub mod server;
 pub mod settings;

@@ -70,7 +70,7 @@ impl Platform {
                 service,
                 store,
                 settings,
-                openapi,
+                openapi: crate::openapi::complete(openapi),
                 ready: AtomicBool::new(true),
                 stop_workers: CancellationToken::new(),
                 workers: std::sync::Mutex::new(Vec::new()),

@@ -283,3 +283,14 @@ revstore_test_service::on_both_engines!(
     the_openapi_document_covers_the_contract,
     pages_named_title_and_revisions_can_be_posted,
 );
+
+/// Every status an operation answers is in the OpenAPI document (the probe
+/// found undocumented problem answers and no security scheme).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_is_documented() {
+    let s = common::start_on(common::Engine::Embedded, &["--body-limit-bytes", "2000"]).await;
+    let doc: serde_json::Value = reqwest::get(s.url("/openapi.json")).await.expect("send").json().await.expect("json");
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let missing = revstore_test_service::undocumented_answers(&s, TOKEN, 2000).await;
+    assert!(missing.is_empty(), "answers the OpenAPI document does not list:\n{}", missing.join("\n"));
+}
