@@ -160,7 +160,7 @@ fn has_percent_escape(key: &str) -> bool {
 fn has_html_entity(key: &str) -> bool {
     key.match_indices('&').any(|(at, _)| {
         let name = &key[at + 1..];
-        let len = name.find(|c: char| !(c.is_ascii_alphanumeric() || !c.is_ascii())).unwrap_or(name.len());
+        let len = name.find(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric()).unwrap_or(name.len());
         len > 0 && name[len..].starts_with(';')
     })
 }
