@@ -9,7 +9,7 @@
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRef, Path, Query, State};
+use axum::extract::{FromRef, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -48,8 +48,8 @@ pub fn router(state: AppState) -> axum::Router {
         .route(&format!("{PAGE}/{{part_or_title}}"), delete(delete_page))
         // A static segment wins over a parameter, so pages named `title` and
         // `revisions` are written through these two routes' POST.
-        .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata).post(post_render_of_page_title))
-        .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions).post(post_render_of_page_revisions))
+        .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata).post(post_render_of_static_page))
+        .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions).post(post_render_of_static_page))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
         .route(DEAD_LETTERS, get(list_dead_letters))
         .route(&format!("{DEAD_LETTERS}/redrive"), post(redrive_dead_letters))
@@ -259,43 +259,24 @@ async fn post_render(
     headers: HeaderMap,
     Json(body): Json<RenderBody>,
 ) -> Result<Response, ApiError> {
-    store_with_a_new_tid(&state, &domain, &title, &rev, &headers, &body).await
-}
-
-/// `POST /{domain}/v1/page/title/{rev}`: a render of the page named `title`.
-async fn post_render_of_page_title(
-    access: WriteAccess,
-    state: State<AppState>,
-    Path((domain, rev)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Json<RenderBody>,
-) -> Result<Response, ApiError> {
-    post_render(access, state, Path((domain, "title".to_owned(), rev)), headers, body).await
-}
-
-/// `POST /{domain}/v1/page/revisions/{rev}`: a render of the page named `revisions`.
-async fn post_render_of_page_revisions(
-    access: WriteAccess,
-    state: State<AppState>,
-    Path((domain, rev)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Json<RenderBody>,
-) -> Result<Response, ApiError> {
-    post_render(access, state, Path((domain, "revisions".to_owned(), rev)), headers, body).await
-}
-
-async fn store_with_a_new_tid(
-    state: &AppState,
-    domain: &str,
-    title: &str,
-    rev: &str,
-    headers: &HeaderMap,
-    body: &RenderBody,
-) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(state, domain, title)?;
-    let id = RenderId { rev: RevId::parse(rev)?, tid: Tid::now() };
-    let outcome = state.pages.put(&domain, &title, id, body, &preconditions(headers)?).await?;
+    let (domain, title) = page_key(&state, &domain, &title)?;
+    let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::now() };
+    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
     written(outcome, &domain, &title, id)
+}
+
+/// `POST /{domain}/v1/page/title/{rev}` and `…/page/revisions/{rev}`: a render
+/// of the page named `title` or `revisions`, the static segment of the route.
+async fn post_render_of_static_page(
+    access: WriteAccess,
+    state: State<AppState>,
+    route: MatchedPath,
+    Path((domain, rev)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Json<RenderBody>,
+) -> Result<Response, ApiError> {
+    let page = route.as_str().strip_prefix(PAGE).and_then(|rest| rest.split('/').nth(1)).unwrap_or_default().to_owned();
+    post_render(access, state, Path((domain, page, rev)), headers, body).await
 }
 
 /// The latest render of the latest revision.
