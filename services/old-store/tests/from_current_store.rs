@@ -284,3 +284,27 @@ async fn dot_titles_are_refused_at_both_edges() {
         assert!(answer.contains("relative path"), "{method} {path}: {answer}");
     }
 }
+
+/// A 503 says which dependency is unavailable, never its address or its
+/// error text (the probe saw `GET http://127.0.0.1:…/archive/…: 400 …`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_old_store_is_a_generic_503() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let current = revstore_test_service::start_on(
+        Engine::Embedded,
+        "revstore-current-store",
+        CURRENT_TOKEN,
+        &["--old-store-url", &nowhere],
+        launch_current,
+    )
+    .await;
+    let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
+    assert_eq!(answer.status(), 503);
+    let problem: serde_json::Value = answer.json().await.expect("problem");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.starts_with("old-store is unavailable; retry later"), "{problem}");
+    assert!(!problem.to_string().contains("127.0.0.1") && !problem.to_string().contains("http://"), "{problem}");
+    assert!(problem["request_id"].is_string(), "the request id leads to the cause in the logs: {problem}");
+}
