@@ -2,9 +2,10 @@
 //! machine (as the service's targets are stated).
 //!
 //! ```text
-//! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R] [--seconds N] [--pages N]
+//! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R] [--seconds N] [--pages N] [--binary PATH]
 //! ```
-//! It starts the real `revstore-current-store` binary as a separate process,
+//! It starts the real `revstore-current-store` binary as a separate process
+//! (or `--binary`, e.g. an older build, to compare two side by side),
 //! stores `--pages` pages with real Parsoid HTML (30-100 KB revisions of
 //! "Anarchism" from shared/data), then measures, in one run:
 //! 1. reads of the latest HTML at a fixed rate (`--rate`, default 1,000/s): latency counted
@@ -78,7 +79,9 @@ async fn main() {
     let keyspace = format!("bench_current_{}", std::process::id());
     let node = std::env::var("REVSTORE_CASSANDRA").unwrap_or_else(|_| "127.0.0.1:9042".into());
     let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_revstore-current-store"));
+    let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-current-store").to_owned());
+    println!("binary: {binary}");
+    let mut cmd = Command::new(&binary);
     cmd.args([
         "--listen",
         &format!("127.0.0.1:{port}"),
