@@ -114,20 +114,33 @@ pub mod current_store {
         comment: "suppressed (hidden) revisions per title",
     };
 
+    /// The key and columns of an outbox row, which a dead letter keeps as they were.
+    const OUTBOX_ROW: [C; 9] = [
+        C::partition("shard", BigInt),
+        C::clustering("id", TimeUuid, Order::Asc),
+        C::regular("kind", Text),
+        C::regular("domain", Text),
+        C::regular("title", Text),
+        C::regular("rev", BigInt),
+        C::regular("tid", TimeUuid),
+        C::regular("payload", Blob),
+        C::regular("attempts", BigInt),
+    ];
+
     /// Durable hand-offs (to old-store, to the dependency graph), written in the
     /// same atomic batch as the render they describe and removed once delivered.
     pub static OUTBOX: TableDef = TableDef {
         name: "outbox",
         columns: &[
-            C::partition("shard", BigInt),
-            C::clustering("id", TimeUuid, Order::Asc),
-            C::regular("kind", Text),
-            C::regular("domain", Text),
-            C::regular("title", Text),
-            C::regular("rev", BigInt),
-            C::regular("tid", TimeUuid),
-            C::regular("payload", Blob),
-            C::regular("attempts", BigInt),
+            OUTBOX_ROW[0],
+            OUTBOX_ROW[1],
+            OUTBOX_ROW[2],
+            OUTBOX_ROW[3],
+            OUTBOX_ROW[4],
+            OUTBOX_ROW[5],
+            OUTBOX_ROW[6],
+            OUTBOX_ROW[7],
+            OUTBOX_ROW[8],
         ],
         default_ttl: Some(4 * WEEK),
         compaction: Compaction::Leveled,
@@ -140,15 +153,15 @@ pub mod current_store {
     pub static OUTBOX_DEAD_LETTERS: TableDef = TableDef {
         name: "outbox_dead_letters",
         columns: &[
-            C::partition("shard", BigInt),
-            C::clustering("id", TimeUuid, Order::Asc),
-            C::regular("kind", Text),
-            C::regular("domain", Text),
-            C::regular("title", Text),
-            C::regular("rev", BigInt),
-            C::regular("tid", TimeUuid),
-            C::regular("payload", Blob),
-            C::regular("attempts", BigInt),
+            OUTBOX_ROW[0],
+            OUTBOX_ROW[1],
+            OUTBOX_ROW[2],
+            OUTBOX_ROW[3],
+            OUTBOX_ROW[4],
+            OUTBOX_ROW[5],
+            OUTBOX_ROW[6],
+            OUTBOX_ROW[7],
+            OUTBOX_ROW[8],
             C::regular("failed_at", Timestamp),
             C::regular("status", BigInt),
             C::regular("reason", Text),
