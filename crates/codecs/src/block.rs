@@ -7,11 +7,19 @@
 //! hundred bytes, then streams the frame up to the end of that revision and stops:
 //! the revisions after it are never decoded and the ones before it are never kept.
 //!
+//! A block may be compressed against a *base*: another revision's content used
+//! as a zstd prefix, so the block's first revision is stored as a difference
+//! instead of whole. The block names the base only by its length and CRC; which
+//! revision it is, the caller records beside the block. A reader must be given
+//! the same base ([`BlockReader::with_base`]) to decode it.
+//!
 //! ```text
 //! bytes 0-2   magic "RVB"
-//! byte 3      format version (2)
+//! byte 3      format version (3; version 2 had no base fields and is still read)
 //! u32         entry count n
 //! u32         length of the compressed index
+//! u32         length of the base (0: the block stands alone)       } version 3
+//! u32         CRC-32 of the base (0 when there is none)             } only
 //! u32         CRC-32 of all the bytes above and the compressed index
 //! ...         the index, one zstd frame: per entry, rev as a zigzag varint delta
 //!             from the entry before | tid 16 bytes | length varint | CRC-32 u32
@@ -22,12 +30,15 @@
 //! revision uncompressed is a third of what a compressed wikitext revision costs.
 
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::envelope::decompress_bounded;
 use crate::{CodecError, take, take_u32};
 
 const MAGIC: &[u8; 3] = b"RVB";
-pub const BLOCK_VERSION: u8 = 2;
+pub const BLOCK_VERSION: u8 = 3;
+/// The version before bases: no base fields in the header.
+const BLOCK_VERSION_WITHOUT_BASE: u8 = 2;
 /// The most bytes one index entry takes packed: two 10-byte varints, tid, CRC.
 const MAX_ENTRY_LEN: usize = 10 + 16 + 10 + 4;
 /// The largest window a decoder accepts: 128 MiB, enough for the largest wiki pages.
@@ -51,6 +62,23 @@ impl Default for BlockSettings {
         BlockSettings { level: 6, window_log: WINDOW_LOG_MAX, workers: 0, max_decoded: 1 << 30 }
     }
 }
+
+/// What a block was compressed against: the base content's length and CRC-32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseRef {
+    pub len: u32,
+    pub crc32: u32,
+}
+
+impl BaseRef {
+    pub fn of(content: &[u8]) -> Option<BaseRef> {
+        Some(BaseRef { len: u32::try_from(content.len()).ok()?, crc32: crc32fast::hash(content) })
+    }
+}
+
+/// How much input the compressor takes between checks of its cancel flag: a
+/// stop request waits for at most this much level-19 work (about a second).
+const COMPRESS_CHUNK: usize = 1 << 20;
 
 /// One revision's place in a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +128,20 @@ impl BlockBuilder {
         self.contents.len()
     }
 
+    /// Compresses the block on its own.
     pub fn finish(self) -> Result<Vec<u8>, CodecError> {
+        self.finish_against(None, &AtomicBool::new(false))
+    }
+
+    /// Compresses the block with `base` (if any) as the content its first
+    /// revision may refer to. Checks `cancel` between chunks of input and
+    /// answers [`CodecError::Cancelled`] once it is set, so a shutting-down
+    /// process need not finish a compression that takes seconds.
+    pub fn finish_against(self, base: Option<&[u8]>, cancel: &AtomicBool) -> Result<Vec<u8>, CodecError> {
+        let base_ref = match base {
+            Some(b) => Some(BaseRef::of(b).ok_or(CodecError::TooLarge { what: "block base", size: b.len() as u64, limit: u32::MAX as u64 })?),
+            None => None,
+        };
         let mut index = Vec::with_capacity(self.entries.len() * 24);
         let mut previous_rev = 0u64;
         for e in &self.entries {
@@ -112,17 +153,19 @@ impl BlockBuilder {
         }
         let index =
             zstd::bulk::compress(&index, 19).map_err(|e| CodecError::Corrupt { what: "block index compression", reason: e.to_string() })?;
-        let mut out = Vec::with_capacity(16 + index.len() + self.contents.len() / 8);
+        let mut out = Vec::with_capacity(24 + index.len() + self.contents.len() / 8);
         out.extend_from_slice(MAGIC);
         out.push(BLOCK_VERSION);
         out.extend_from_slice(&(self.entries.len() as u32).to_be_bytes());
         out.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        out.extend_from_slice(&base_ref.map_or(0, |b| b.len).to_be_bytes());
+        out.extend_from_slice(&base_ref.map_or(0, |b| b.crc32).to_be_bytes());
         let mut crc = crc32fast::Hasher::new();
         crc.update(&out);
         crc.update(&index);
         out.extend_from_slice(&crc.finalize().to_be_bytes());
         out.extend_from_slice(&index);
-        out.extend_from_slice(&compress(&self.contents, &self.settings)?);
+        compress(&self.contents, base, &self.settings, cancel, &mut out)?;
         Ok(out)
     }
 }
@@ -155,17 +198,53 @@ fn take_varint(input: &mut &[u8]) -> Result<u64, CodecError> {
     Err(CodecError::Corrupt { what: "block index", reason: "varint longer than 10 bytes".into() })
 }
 
-fn compress(contents: &[u8], s: &BlockSettings) -> Result<Vec<u8>, CodecError> {
-    use zstd::zstd_safe::CParameter;
-    let fail = |e: io::Error| CodecError::Corrupt { what: "block compression", reason: e.to_string() };
-    let mut c = zstd::bulk::Compressor::new(s.level).map_err(fail)?;
-    c.set_parameter(CParameter::WindowLog(s.window_log)).map_err(fail)?;
-    c.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(fail)?;
+/// Compresses `contents` into `out` as one frame, streaming it a chunk at a
+/// time so that `cancel` is noticed. The pledged size puts the content size in
+/// the frame header, which readers check against the index.
+fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &AtomicBool, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    use zstd::zstd_safe::{CCtx, CParameter, InBuffer, OutBuffer, ResetDirective, get_error_name};
+    let fail = |e: usize| CodecError::Corrupt { what: "block compression", reason: get_error_name(e).to_owned() };
+    let mut cctx = CCtx::try_create().ok_or(CodecError::Corrupt { what: "block compression", reason: "cannot allocate".into() })?;
+    cctx.reset(ResetDirective::SessionAndParameters).map_err(fail)?;
+    cctx.set_parameter(CParameter::CompressionLevel(s.level)).map_err(fail)?;
+    cctx.set_parameter(CParameter::WindowLog(s.window_log)).map_err(fail)?;
+    cctx.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(fail)?;
+    cctx.set_parameter(CParameter::ContentSizeFlag(true)).map_err(fail)?;
     if s.workers > 0 {
-        c.set_parameter(CParameter::NbWorkers(s.workers)).map_err(fail)?;
+        cctx.set_parameter(CParameter::NbWorkers(s.workers)).map_err(fail)?;
     }
-    c.include_contentsize(true).map_err(fail)?;
-    c.compress(contents).map_err(fail)
+    cctx.set_pledged_src_size(Some(contents.len() as u64)).map_err(fail)?;
+    if let Some(base) = base {
+        cctx.ref_prefix(base).map_err(fail)?;
+    }
+    let mut buffer = vec![0u8; CCtx::out_size()];
+    let mut chunks = contents.chunks(COMPRESS_CHUNK).peekable();
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(CodecError::Cancelled);
+        }
+        let (chunk, last) = match chunks.next() {
+            Some(c) => (c, chunks.peek().is_none()),
+            None => (&[][..], true),
+        };
+        let mut input = InBuffer::around(chunk);
+        loop {
+            let mut output = OutBuffer::around(&mut buffer[..]);
+            let remaining = if last {
+                cctx.compress_stream2(&mut output, &mut input, zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_end).map_err(fail)?
+            } else {
+                cctx.compress_stream2(&mut output, &mut input, zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_continue).map_err(fail)?
+            };
+            out.extend_from_slice(output.as_slice());
+            let drained = if last { remaining == 0 } else { input.pos() == chunk.len() };
+            if drained {
+                break;
+            }
+        }
+        if last {
+            return Ok(());
+        }
+    }
 }
 
 /// A parsed block: the index is read, the frame is not yet decoded.
@@ -173,7 +252,8 @@ fn compress(contents: &[u8], s: &BlockSettings) -> Result<Vec<u8>, CodecError> {
 pub struct BlockReader<'a> {
     entries: Vec<BlockEntry>,
     frame: &'a [u8],
-    max_decoded: usize,
+    /// What the frame was compressed against, and, once given, its content.
+    base: Option<(BaseRef, Option<&'a [u8]>)>,
 }
 
 impl<'a> BlockReader<'a> {
@@ -184,15 +264,24 @@ impl<'a> BlockReader<'a> {
         if &magic[..3] != MAGIC {
             return Err(CodecError::Corrupt { what: "block", reason: "bad magic bytes".into() });
         }
-        if magic[3] != BLOCK_VERSION {
-            return Err(CodecError::UnknownVersion { what: "block", version: magic[3] });
+        let version = magic[3];
+        if version != BLOCK_VERSION && version != BLOCK_VERSION_WITHOUT_BASE {
+            return Err(CodecError::UnknownVersion { what: "block", version });
         }
         let count = take_u32(&mut input, "block header")? as usize;
         let index_len = take_u32(&mut input, "block header")? as usize;
+        let base = if version == BLOCK_VERSION {
+            let len = take_u32(&mut input, "block header")?;
+            let crc32 = take_u32(&mut input, "block header")?;
+            (len > 0).then_some(BaseRef { len, crc32 })
+        } else {
+            None
+        };
+        let header_len = bytes.len() - input.len();
         let stored_crc = take_u32(&mut input, "block header")?;
         let packed = take(&mut input, index_len, "block index")?;
         let mut crc = crc32fast::Hasher::new();
-        crc.update(&bytes[..12]);
+        crc.update(&bytes[..header_len]);
         crc.update(packed);
         if crc.finalize() != stored_crc {
             return Err(CodecError::ChecksumMismatch { what: "block index" });
@@ -225,11 +314,39 @@ impl<'a> BlockReader<'a> {
             }
             _ => return Err(CodecError::Corrupt { what: "block", reason: "no zstd frame with a content size".into() }),
         }
-        Ok(BlockReader { entries, frame: input, max_decoded: settings.max_decoded })
+        Ok(BlockReader { entries, frame: input, base: base.map(|b| (b, None)) })
     }
 
     pub fn entries(&self) -> &[BlockEntry] {
         &self.entries
+    }
+
+    /// What the block was compressed against, if anything.
+    pub fn base(&self) -> Option<BaseRef> {
+        self.base.map(|(b, _)| b)
+    }
+
+    /// Gives the reader the base content the block names; refuses content that
+    /// is not it (another length or CRC), and any base for a block without one.
+    pub fn with_base(mut self, content: &'a [u8]) -> Result<Self, CodecError> {
+        match &mut self.base {
+            Some((wanted, given)) if BaseRef::of(content) == Some(*wanted) => *given = Some(content),
+            _ => return Err(CodecError::WrongBase),
+        }
+        Ok(self)
+    }
+
+    /// A streaming decoder of the frame, primed with the base when there is one.
+    fn decoder(&self) -> Result<zstd::stream::read::Decoder<'a, io::BufReader<&'a [u8]>>, CodecError> {
+        let corrupt = |e: io::Error| CodecError::Corrupt { what: "block content", reason: e.to_string() };
+        let reader = io::BufReader::new(self.frame);
+        let mut decoder = match self.base {
+            None => zstd::stream::read::Decoder::with_buffer(reader).map_err(corrupt)?,
+            Some((_, Some(base))) => zstd::stream::read::Decoder::with_ref_prefix(reader, base).map_err(corrupt)?,
+            Some((_, None)) => return Err(CodecError::WrongBase),
+        };
+        decoder.window_log_max(WINDOW_LOG_MAX).map_err(corrupt)?;
+        Ok(decoder.single_frame())
     }
 
     /// The entry of `rev` (the first one, if a revision was pushed twice) and,
@@ -242,8 +359,7 @@ impl<'a> BlockReader<'a> {
     /// discarding what comes before it, and checks the content's checksum.
     pub fn read(&self, entry: &BlockEntry) -> Result<Vec<u8>, CodecError> {
         let corrupt = |e: io::Error| CodecError::Corrupt { what: "block content", reason: e.to_string() };
-        let mut decoder = zstd::stream::read::Decoder::with_buffer(self.frame).map_err(corrupt)?;
-        decoder.window_log_max(WINDOW_LOG_MAX).map_err(corrupt)?;
+        let mut decoder = self.decoder()?;
         io::copy(&mut (&mut decoder).take(entry.offset), &mut io::sink()).map_err(corrupt)?;
         let mut content = vec![0u8; entry.len as usize];
         decoder.read_exact(&mut content).map_err(corrupt)?;
@@ -265,8 +381,7 @@ impl<'a> BlockReader<'a> {
     pub fn read_first(&self, count: usize) -> Result<Vec<(BlockEntry, Vec<u8>)>, CodecError> {
         let corrupt = |e: io::Error| CodecError::Corrupt { what: "block content", reason: e.to_string() };
         let entries = self.entries.get(..count).ok_or(CodecError::Corrupt { what: "block", reason: format!("no entry {count}") })?;
-        let mut decoder = zstd::stream::read::Decoder::with_buffer(self.frame).map_err(corrupt)?;
-        decoder.window_log_max(WINDOW_LOG_MAX).map_err(corrupt)?;
+        let mut decoder = self.decoder()?;
         let mut out = Vec::with_capacity(count);
         for e in entries {
             let mut content = vec![0u8; e.len as usize];
@@ -279,22 +394,9 @@ impl<'a> BlockReader<'a> {
         Ok(out)
     }
 
-    /// Decodes every entry at once, for sequential reads and caches.
+    /// Decodes every entry, for sequential reads and caches.
     pub fn read_all(&self) -> Result<Vec<(BlockEntry, Vec<u8>)>, CodecError> {
-        let all = decompress_bounded(self.frame, self.max_decoded, "block content")?;
-        self.entries
-            .iter()
-            .map(|e| {
-                let start = e.offset as usize;
-                let content = all
-                    .get(start..start + e.len as usize)
-                    .ok_or(CodecError::Corrupt { what: "block content", reason: "entry past the end of the frame".into() })?;
-                if crc32fast::hash(content) != e.crc32 {
-                    return Err(CodecError::ChecksumMismatch { what: "block content" });
-                }
-                Ok((*e, content.to_vec()))
-            })
-            .collect()
+        self.read_first(self.entries.len())
     }
 }
 
@@ -380,6 +482,65 @@ mod tests {
                 assert!(reader.read_all().is_err());
             }
         }
+    }
+
+    #[test]
+    fn a_block_against_a_base_stores_its_first_revision_as_a_difference() {
+        let revisions = revstore_testdata::anarchism_html();
+        let base = revisions[40].as_bytes();
+        let mut alone = BlockBuilder::new(BlockSettings::default());
+        let mut against = BlockBuilder::new(BlockSettings::default());
+        for (i, r) in revisions[41..44].iter().enumerate() {
+            alone.push(i as u64, [0; 16], r.as_bytes()).unwrap();
+            against.push(i as u64, [0; 16], r.as_bytes()).unwrap();
+        }
+        let alone = alone.finish().unwrap();
+        let against = against.finish_against(Some(base), &AtomicBool::new(false)).unwrap();
+        // The first revision alone is most of a block of three; against its predecessor, little.
+        assert!(against.len() * 4 < alone.len(), "against a base {} bytes, alone {}", against.len(), alone.len());
+
+        let settings = BlockSettings::default();
+        let reader = BlockReader::parse(&against, &settings).unwrap();
+        assert_eq!(reader.base(), BaseRef::of(base));
+        assert_eq!(reader.read_first(1).unwrap_err(), CodecError::WrongBase, "a block with a base cannot be read without it");
+        let wrong = revisions[39].as_bytes();
+        assert_eq!(BlockReader::parse(&against, &settings).unwrap().with_base(wrong).unwrap_err(), CodecError::WrongBase);
+        let reader = reader.with_base(base).unwrap();
+        for (i, r) in revisions[41..44].iter().enumerate() {
+            assert_eq!(reader.read_rev(i as u64, None).unwrap(), r.as_bytes());
+        }
+        // A block without a base takes none.
+        assert_eq!(BlockReader::parse(&alone, &settings).unwrap().with_base(base).unwrap_err(), CodecError::WrongBase);
+    }
+
+    #[test]
+    fn a_cancelled_compression_stops_with_an_error() {
+        let mut b = BlockBuilder::new(BlockSettings::default());
+        b.push(1, [0; 16], &[7u8; 3 << 20]).unwrap();
+        assert_eq!(b.finish_against(None, &AtomicBool::new(true)).unwrap_err(), CodecError::Cancelled);
+    }
+
+    #[test]
+    fn version_2_blocks_without_base_fields_still_read() {
+        // The version-2 layout, written by hand: header, packed index, frame.
+        let content = b"<p>an old block</p>".repeat(20);
+        let mut index = vec![2u8]; // rev 1 as a zigzag delta
+        index.extend_from_slice(&[3; 16]);
+        put_varint(&mut index, content.len() as u64);
+        index.extend_from_slice(&crc32fast::hash(&content).to_be_bytes());
+        let index = zstd::bulk::compress(&index, 3).unwrap();
+        let mut bytes = b"RVB\x02".to_vec();
+        bytes.extend_from_slice(&1u32.to_be_bytes());
+        bytes.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes);
+        crc.update(&index);
+        bytes.extend_from_slice(&crc.finalize().to_be_bytes());
+        bytes.extend_from_slice(&index);
+        bytes.extend_from_slice(&zstd::bulk::compress(&content, 3).unwrap());
+        let reader = BlockReader::parse(&bytes, &BlockSettings::default()).unwrap();
+        assert_eq!(reader.base(), None);
+        assert_eq!(reader.read_rev(1, Some(&[3; 16])).unwrap(), content);
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod chain;
 pub mod envelope;
 pub mod page_token;
 
-pub use block::{BlockBuilder, BlockEntry, BlockReader, BlockSettings};
+pub use block::{BaseRef, BlockBuilder, BlockEntry, BlockReader, BlockSettings};
 pub use chain::{decode_chained, encode_chained};
 pub use envelope::{Compression, Envelope};
 pub use page_token::PageTokenCodec;
@@ -40,6 +40,10 @@ pub enum CodecError {
     Corrupt { what: &'static str, reason: String },
     #[error("no entry for revision {rev} in block")]
     NoSuchEntry { rev: u64 },
+    #[error("the block was compressed against another base than the one given")]
+    WrongBase,
+    #[error("cancelled")]
+    Cancelled,
     #[error("invalid page token: {0}")]
     BadPageToken(&'static str),
 }

@@ -239,7 +239,28 @@ pub mod old_store {
         comment: "archived revisions that must not be served (suppression)",
     };
 
-    pub static TABLES: [&TableDef; 3] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_SUPPRESSED];
+    /// Compaction debt: one row per appended render whose block has not yet
+    /// been compacted at the seal level since. Written before the render's slot
+    /// is taken, deleted by the seal-level compaction that covers it, so a
+    /// restart (clean or not) finds every block still owed a compaction.
+    /// Partitioned by a hash of the title into `debt_shards` partitions that a
+    /// sweep pages through.
+    pub static ARCHIVE_DEBT: TableDef = TableDef {
+        name: "archive_compaction_debt",
+        columns: &[
+            C::partition("shard", BigInt),
+            C::clustering("domain", Text, Order::Asc),
+            C::clustering("title", Text, Order::Asc),
+            C::clustering("block", BigInt, Order::Asc),
+            C::clustering("slot", BigInt, Order::Asc),
+            C::regular("appended_at", Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "blocks still owed a seal-level compaction, one row per appended render",
+    };
+
+    pub static TABLES: [&TableDef; 4] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT];
 }
 
 /// dependency-graph: seed 004, adjacency lists in both directions.
@@ -326,7 +347,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 15] = [
+pub static ALL_TABLES: [&TableDef; 16] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -338,6 +359,7 @@ pub static ALL_TABLES: [&TableDef; 15] = [
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,
     &old_store::ARCHIVE_SUPPRESSED,
+    &old_store::ARCHIVE_DEBT,
     &dependency_graph::DEPENDENCIES,
     &dependency_graph::BY_PARENT,
     &janitor::CHECKPOINTS,
