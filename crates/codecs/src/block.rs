@@ -139,7 +139,9 @@ impl BlockBuilder {
     /// process need not finish a compression that takes seconds.
     pub fn finish_against(self, base: Option<&[u8]>, cancel: &AtomicBool) -> Result<Vec<u8>, CodecError> {
         let base_ref = match base {
-            Some(b) => Some(BaseRef::of(b).ok_or(CodecError::TooLarge { what: "block base", size: b.len() as u64, limit: u32::MAX as u64 })?),
+            Some(b) => {
+                Some(BaseRef::of(b).ok_or(CodecError::TooLarge { what: "block base", size: b.len() as u64, limit: u32::MAX as u64 })?)
+            }
             None => None,
         };
         let mut index = Vec::with_capacity(self.entries.len() * 24);
@@ -233,7 +235,8 @@ fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &At
             let remaining = if last {
                 cctx.compress_stream2(&mut output, &mut input, zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_end).map_err(fail)?
             } else {
-                cctx.compress_stream2(&mut output, &mut input, zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_continue).map_err(fail)?
+                cctx.compress_stream2(&mut output, &mut input, zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_continue)
+                    .map_err(fail)?
             };
             out.extend_from_slice(output.as_slice());
             let drained = if last { remaining == 0 } else { input.pos() == chunk.len() };

@@ -18,12 +18,25 @@
 //! conditional batch that also writes the metadata row. The content is written
 //! first so that a committed slot always has its row; a writer that loses the
 //! race leaves a row nobody points at, which readers ignore and the next
-//! compaction removes.
+//! compaction removes. Beside the content row goes a compaction-debt marker
+//! ([`crate::debt`]), so the block's compaction is owed in the store, not
+//! only in this process's memory.
+//!
+//! # Bases
+//! A compacted block may be compressed against a *base*: the first revision
+//! of an earlier block that stands alone (an *anchor*). A page of 4 MB
+//! revisions gets three or four to a 16 MiB block, and without a base each
+//! block pays for its first revision whole; with one, a block of such a page
+//! costs about what its edits do. A block's choice is made at its first
+//! compaction after the block before it has chosen, and never changes: an
+//! anchor stays an anchor, so decoding a block needs at most one other
+//! revision, never a chain of them.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use revstore_codecs::{BlockBuilder, BlockReader, BlockSettings, CodecError, decode_chained, encode_chained};
@@ -31,8 +44,10 @@ use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED};
 use revstore_service::ApiError;
 use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
+use tokio_util::sync::CancellationToken;
 
 use crate::compactor::Compactor;
+use crate::debt;
 
 /// zstd level of a render appended to an open block: fast, since every write pays it.
 pub const APPEND_LEVEL: i32 = 3;
@@ -42,6 +57,34 @@ pub const GROWTH_LEVEL: i32 = 12;
 const MAX_SLOT_ATTEMPTS: usize = 64;
 /// The largest decoded block a reader accepts (corrupt or hostile lengths).
 const MAX_DECODED: usize = 1 << 30;
+/// A base and the block compressed against it must fit zstd's window together.
+const MAX_BASE_SPAN: u64 = 1 << revstore_codecs::block::WINDOW_LOG_MAX;
+/// `base_block` of a block that stands alone for good (an anchor).
+const ANCHOR: i64 = -1;
+
+/// What a block is compressed against (its `base_block` and `base_slot` statics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseChoice {
+    /// Not chosen yet: the block's frame, if any, stands alone for now.
+    Undecided,
+    /// The block stands alone, for good; later blocks may use its first revision.
+    Anchor,
+    /// The revision at `slot`, the first of the anchor `block`.
+    On { block: i64, slot: i64 },
+}
+
+impl BaseChoice {
+    fn from_statics(statics: Option<&Row>) -> Self {
+        match statics.and_then(|s| s.bigint("base_block")) {
+            None => BaseChoice::Undecided,
+            Some(ANCHOR) => BaseChoice::Anchor,
+            Some(block) => match statics.and_then(|s| s.bigint("base_slot")) {
+                Some(slot) => BaseChoice::On { block, slot },
+                None => BaseChoice::Undecided,
+            },
+        }
+    }
+}
 
 /// Which renders of a title are kept (seed 002's two update strategies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,14 +374,10 @@ impl Archive {
                     .map_err(ApiError::internal)?
                     .map_err(|e| ApiError::payload_too_large(e.to_string()))?
             };
-            self.inner
-                .store
-                .write(
-                    Upsert::new(&ARCHIVE_BLOCKS, key.partition_values().into_iter().chain([Value::from(slot), Value::from(tid)]))
-                        .set("rev", rev.as_i64())
-                        .set("content", link),
-                )
-                .await?;
+            let content = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values().into_iter().chain([Value::from(slot), Value::from(tid)]))
+                .set("rev", rev.as_i64())
+                .set("content", link);
+            tokio::try_join!(self.inner.store.write(content), self.inner.store.write(debt::marker(&key, slot)))?;
             let last_tid = match state.last_tid {
                 Some(last) if last.time() > tid.time() => last,
                 _ => tid,
@@ -455,6 +494,12 @@ impl Archive {
     /// slot is known to be taken (the caller read it from a metadata row or the
     /// title's counter).
     async fn entry_at(&self, key: &BlockKey, slot: i64, committed: i64) -> Result<Arc<DecodedEntry>, ApiError> {
+        self.entry_in(key, slot, committed, true).await
+    }
+
+    /// [`Archive::entry_at`]; `with_base` false for a base's own block, which
+    /// must stand alone (so decoding never chains further).
+    async fn entry_in(&self, key: &BlockKey, slot: i64, committed: i64, with_base: bool) -> Result<Arc<DecodedEntry>, ApiError> {
         let cached = self.inner.cache.get(key);
         if let Some(entry) = cached.as_ref().and_then(|b| b.get(slot)) {
             metrics::counter!("old_store_block_cache_total", "result" => "hit").increment(1);
@@ -463,7 +508,7 @@ impl Archive {
         metrics::counter!("old_store_block_cache_total", "result" => "miss").increment(1);
         // A second miss on a block means its reader is walking it: decode it all.
         let upto = if cached.is_some() { None } else { Some(slot) };
-        let decoded = Arc::new(self.decode_block(key, upto, committed).await?);
+        let decoded = Arc::new(self.decode_block_in(key, upto, committed, with_base).await?);
         let entry = decoded.get(slot).cloned().ok_or_else(|| integrity(key, format!("slot {slot} is missing")))?;
         let keep = cached.is_none_or(|c| c.entries.len() < decoded.entries.len());
         if keep {
@@ -475,7 +520,11 @@ impl Archive {
     /// Reads a block partition and decodes it: the compacted frame (only as far
     /// as needed), then the chain of appended rows after it.
     pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ApiError> {
-        let _slot = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
+        self.decode_block_in(key, upto, committed, true).await
+    }
+
+    async fn decode_block_in(&self, key: &BlockKey, upto: Option<i64>, committed: i64, with_base: bool) -> Result<DecodedBlock, ApiError> {
+        let mut permit = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
         // Rows first, statics second, in two reads: a compaction between them
         // only moves rows already read into the frame read after them. (The
         // other order could miss rows compacted in between.)
@@ -487,11 +536,31 @@ impl Archive {
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns(["sealed", "compacted_through"]))
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
+                "sealed",
+                "compacted_through",
+                "base_block",
+                "base_slot",
+            ]))
             .await?
             .statics;
         let through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
         let sealed = statics.as_ref().and_then(|s| s.blob("sealed")).map(<[u8]>::to_vec);
+        let base = match BaseChoice::from_statics(statics.as_ref()) {
+            BaseChoice::On { block, slot } if sealed.is_some() => {
+                if !with_base {
+                    return Err(integrity(key, "a base block has a base itself"));
+                }
+                // The base's block takes a decode slot of its own: give this one
+                // back meanwhile, or a single slot would wait on itself.
+                drop(permit);
+                let base_key = BlockKey { block, ..key.clone() };
+                let entry = Box::pin(self.entry_in(&base_key, slot, slot + 1, false)).await?;
+                permit = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
+                Some(entry)
+            }
+            _ => None,
+        };
 
         // The rows after the compacted part, one per slot below `committed`.
         let mut by_slot: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
@@ -510,10 +579,12 @@ impl Archive {
             chain.push((slot, rev as u64, tid, content.to_vec()));
         }
         let key_for_errors = key.clone();
-        tokio::task::spawn_blocking(move || decode(sealed, through, upto, chain))
+        let decoded = tokio::task::spawn_blocking(move || decode(sealed, base, through, upto, chain))
             .await
             .map_err(ApiError::internal)?
-            .map_err(|e| integrity(&key_for_errors, e))
+            .map_err(|e| integrity(&key_for_errors, e));
+        drop(permit);
+        decoded
     }
 
     /// Of several rows at one slot (writers that lost the slot leave theirs),
@@ -565,27 +636,28 @@ impl Archive {
     /// Rewrites a block's committed renders as one zstd frame at `level` and
     /// drops the appended rows it now holds. Safe against concurrent appends
     /// and compactions: the rewrite is conditional on the block's previous
-    /// compaction state, and only rows up to the new frame's last slot are deleted.
-    pub async fn compact(&self, key: &BlockKey, level: i32) -> Result<CompactionOutcome, ApiError> {
-        let statics = self
-            .inner
-            .store
-            .read(
-                &ReadQuery::new(&ARCHIVE_META, [Value::from(key.domain.as_str()), Value::from(key.title.as_str())])
-                    .limit(1)
-                    .columns(["rev_count"]),
-            )
-            .await?
-            .statics;
+    /// compaction state, and only rows up to the new frame's last slot are
+    /// deleted. At the seal level it also discharges the block's compaction
+    /// debt. `stop` cancels the compression (the debt then stays owed).
+    pub async fn compact(&self, key: &BlockKey, level: i32, stop: &CancellationToken) -> Result<CompactionOutcome, ApiError> {
+        let title_key = [Value::from(key.domain.as_str()), Value::from(key.title.as_str())];
+        let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).limit(1).columns(["rev_count"])).await?.statics;
         let committed = statics.and_then(|s| s.bigint("rev_count")).unwrap_or(0);
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns(["compacted_through", "compacted_level"]))
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
+                "compacted_through",
+                "compacted_level",
+                "base_block",
+                "base_slot",
+            ]))
             .await?
             .statics;
         let old_through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
         let old_level = statics.as_ref().and_then(|s| s.bigint("compacted_level"));
+        let mut base = BaseChoice::from_statics(statics.as_ref());
+        let discharges = level >= self.inner.seal_level;
         // Is any committed render left outside the frame? (Rows at or below
         // `compacted_through` are leftovers of writers that lost their slot.)
         let after_frame = old_through.map_or(Bound::Unbounded, |t| Bound::Excluded(Value::from(t)));
@@ -598,39 +670,81 @@ impl Archive {
             .first()
             .and_then(|r| r.bigint("slot"));
         let pending_rows = next_row.is_some_and(|slot| slot < committed);
-        if !pending_rows && old_level.is_some_and(|l| l >= i64::from(level)) {
+        // A frame still waiting for its base choice is worth redoing once the block before has chosen.
+        let undecided = base == BaseChoice::Undecided && old_through.is_some() && key.block > 0;
+        let choosable = undecided && discharges && self.previous_has_chosen(key).await?;
+        if !pending_rows && !choosable && old_level.is_some_and(|l| l >= i64::from(level)) {
+            if discharges {
+                if key.block == 0 && base == BaseChoice::Undecided && old_through.is_some() {
+                    // A frame written before bases existed: block 0 always stands
+                    // alone, so say so, and the blocks after it can choose.
+                    let anchor = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values()).set("base_block", ANCHOR).set("first_slot", 0i64);
+                    self.inner.store.write(anchor).await?;
+                }
+                debt::discharge(&self.inner.store, key, committed).await?;
+            }
             return Ok(CompactionOutcome::NothingToDo);
         }
         let decoded = self.decode_block(key, None, committed).await?;
-        let Some(last) = decoded.entries.last().map(|e| e.slot) else { return Ok(CompactionOutcome::NothingToDo) };
+        let Some(first) = decoded.entries.first().cloned() else {
+            if discharges {
+                debt::discharge(&self.inner.store, key, committed).await?;
+            }
+            return Ok(CompactionOutcome::NothingToDo);
+        };
+        let last = decoded.entries.last().map_or(first.slot, |e| e.slot);
         let raw = decoded.raw_bytes();
+        if base == BaseChoice::Undecided {
+            base = self.choose_base(key, &first, raw).await?;
+        }
+        let base_content = match base {
+            BaseChoice::On { block, slot } => Some(self.entry_in(&BlockKey { block, ..key.clone() }, slot, slot + 1, false).await?),
+            _ => None,
+        };
         let decoded = Arc::new(decoded);
-        let frame = {
-            let decoded = decoded.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let compression = {
+            let (decoded, cancel) = (decoded.clone(), cancel.clone());
             tokio::task::spawn_blocking(move || -> Result<Vec<u8>, CodecError> {
                 let mut builder = BlockBuilder::new(BlockSettings { level, ..BlockSettings::default() });
                 for e in &decoded.entries {
                     builder.push(e.rev, *e.tid.uuid().as_bytes(), &e.content)?;
                 }
-                builder.finish()
+                builder.finish_against(base_content.as_ref().map(|b| &b.content[..]), &cancel)
             })
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(|e| integrity(key, e))?
+        };
+        // Cancelling sets the flag and still waits for the thread: it stops at
+        // its next chunk, and no compression outlives the runtime.
+        let frame = tokio::select! {
+            done = compression => done,
+            () = stop.cancelled() => {
+                cancel.store(true, Ordering::Relaxed);
+                return Ok(CompactionOutcome::Cancelled);
+            }
+        };
+        let frame = match frame.map_err(ApiError::internal)? {
+            Ok(frame) => frame,
+            Err(CodecError::Cancelled) => return Ok(CompactionOutcome::Cancelled),
+            Err(e) => return Err(integrity(key, e)),
         };
         let stored = frame.len() as u64;
+        let mut statics = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values())
+            .set("sealed", frame)
+            .set("compacted_through", last)
+            .set("compacted_level", i64::from(level))
+            .set("first_slot", first.slot);
+        statics = match base {
+            BaseChoice::Undecided => statics,
+            BaseChoice::Anchor => statics.set("base_block", ANCHOR),
+            BaseChoice::On { block, slot } => statics.set("base_block", block).set("base_slot", slot),
+        };
         let cas = Cas {
             table: &ARCHIVE_BLOCKS,
             partition: key.partition_values().to_vec(),
             clustering: None,
             condition: Condition::Equals(vec![("compacted_through", old_through.map_or(Value::Null, Value::from))]),
             writes: vec![
-                Write::Upsert(
-                    Upsert::new(&ARCHIVE_BLOCKS, key.partition_values())
-                        .set("sealed", frame)
-                        .set("compacted_through", last)
-                        .set("compacted_level", i64::from(level)),
-                ),
+                Write::Upsert(statics),
                 Write::Delete(Delete {
                     table: &ARCHIVE_BLOCKS,
                     partition: key.partition_values().to_vec(),
@@ -645,7 +759,65 @@ impl Archive {
         if self.inner.cache.get(key).is_none_or(|c| c.entries.len() <= decoded.entries.len()) {
             self.inner.cache.insert(key.clone(), decoded.clone());
         }
-        Ok(CompactionOutcome::Compacted { revisions: decoded.entries.len(), raw_bytes: raw, stored_bytes: stored })
+        if discharges {
+            debt::discharge(&self.inner.store, key, committed).await?;
+        }
+        Ok(CompactionOutcome::Compacted { revisions: decoded.entries.len(), raw_bytes: raw, stored_bytes: stored, base })
+    }
+
+    /// The base choice of the block before `key`.
+    async fn previous_choice(&self, key: &BlockKey) -> Result<(BaseChoice, Option<i64>), ApiError> {
+        let previous = BlockKey { block: key.block - 1, ..key.clone() };
+        let statics = self
+            .inner
+            .store
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, previous.partition_values()).limit(1).columns(["base_block", "base_slot", "first_slot"]))
+            .await?
+            .statics;
+        Ok((BaseChoice::from_statics(statics.as_ref()), statics.as_ref().and_then(|s| s.bigint("first_slot"))))
+    }
+
+    async fn previous_has_chosen(&self, key: &BlockKey) -> Result<bool, ApiError> {
+        Ok(self.previous_choice(key).await?.0 != BaseChoice::Undecided)
+    }
+
+    /// Chooses what a block is compressed against, once the block before it has
+    /// chosen: that block's base, or that block itself if it is an anchor. The
+    /// candidate is kept if the block's first revision compressed against it
+    /// (at the append level: a quick test) takes less than half of what it
+    /// takes alone; otherwise the page has drifted from it, and this block
+    /// becomes an anchor for the blocks after it.
+    async fn choose_base(&self, key: &BlockKey, first: &Arc<DecodedEntry>, raw: u64) -> Result<BaseChoice, ApiError> {
+        if key.block == 0 {
+            return Ok(BaseChoice::Anchor);
+        }
+        let candidate = match self.previous_choice(key).await? {
+            (BaseChoice::Undecided, _) | (BaseChoice::Anchor, None) => return Ok(BaseChoice::Undecided),
+            (BaseChoice::Anchor, Some(slot)) => BaseChoice::On { block: key.block - 1, slot },
+            (on, _) => on,
+        };
+        let BaseChoice::On { block, slot } = candidate else { return Ok(BaseChoice::Undecided) };
+        let base = match self.entry_in(&BlockKey { block, ..key.clone() }, slot, slot + 1, false).await {
+            Ok(base) => base,
+            Err(e) => {
+                // An unreadable candidate (already logged as an integrity error) is no base.
+                tracing::warn!(block = %key, base_block = block, error = e.detail(), "base candidate unreadable; the block stands alone");
+                return Ok(BaseChoice::Anchor);
+            }
+        };
+        if base.content.len() as u64 + raw > MAX_BASE_SPAN {
+            return Ok(BaseChoice::Anchor);
+        }
+        let first = first.clone();
+        let sizes = tokio::task::spawn_blocking(move || -> Result<(usize, usize), CodecError> {
+            let against = encode_chained(Some(&base.content), &first.content, APPEND_LEVEL)?.len();
+            let alone = encode_chained(None, &first.content, APPEND_LEVEL)?.len();
+            Ok((against, alone))
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e| integrity(key, e))?;
+        Ok(if sizes.0 * 2 < sizes.1 { candidate } else { BaseChoice::Anchor })
     }
 }
 
@@ -656,8 +828,11 @@ pub enum CompactionOutcome {
         revisions: usize,
         raw_bytes: u64,
         stored_bytes: u64,
+        base: BaseChoice,
     },
     NothingToDo,
+    /// Stopped by shutdown before it was stored.
+    Cancelled,
     /// Another replica compacted the block first.
     LostRace,
 }
@@ -670,6 +845,7 @@ fn located(row: &Row) -> Option<Located> {
 /// then each chained row against the content before it.
 fn decode(
     sealed: Option<Vec<u8>>,
+    base: Option<Arc<DecodedEntry>>,
     through: Option<i64>,
     upto: Option<i64>,
     chain: Vec<(i64, u64, Tid, Vec<u8>)>,
@@ -677,7 +853,10 @@ fn decode(
     let settings = BlockSettings { max_decoded: MAX_DECODED, ..BlockSettings::default() };
     let mut entries: Vec<Arc<DecodedEntry>> = Vec::new();
     if let (Some(frame), Some(through)) = (sealed.as_deref(), through) {
-        let reader = BlockReader::parse(frame, &settings).map_err(|e| e.to_string())?;
+        let mut reader = BlockReader::parse(frame, &settings).map_err(|e| e.to_string())?;
+        if let Some(base) = &base {
+            reader = reader.with_base(&base.content).map_err(|e| format!("base at slot {}: {e}", base.slot))?;
+        }
         let count = reader.entries().len();
         let first = through + 1 - count as i64;
         let wanted = match upto {

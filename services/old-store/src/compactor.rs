@@ -9,9 +9,11 @@
 //! - *settle*: a title has had no archive writes for the settle period, so its
 //!   open block is rewritten at the seal level too.
 //!
-//! The queue lives in memory: after a restart, blocks left uncompacted are
-//! still correct and readable, only larger, until the title's next write or a
-//! janitor pass schedules them again.
+//! The queue lives in memory and is the fast path. What must still be
+//! compacted is also kept in the store ([`crate::debt`]): a sweep of it refills
+//! the queue at start, periodically and on request, so a restart (clean or
+//! `kill -9`) loses no compaction. On shutdown a running compaction is
+//! cancelled within about a second; its debt stays in the store.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,9 +23,15 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::{Archive, BlockKey, CompactionOutcome};
+use crate::debt::{self, SweepReport};
 
 /// The longest pause after failed compactions.
 const MAX_FAILURE_PAUSE: Duration = Duration::from_secs(60);
+/// The most blocks one sweep puts in the queue; a sweep that stops there is
+/// followed by another as soon as the queue has drained.
+const MAX_SWEEP_BLOCKS: u64 = 10_000;
+/// How often a truncated sweep checks whether the queue has drained.
+const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Job {
@@ -39,11 +47,12 @@ pub struct Compactor {
     jobs: Arc<Mutex<HashMap<BlockKey, Job>>>,
     wake: Arc<Notify>,
     settle: Duration,
+    last_sweep: Arc<Mutex<Option<SweepReport>>>,
 }
 
 impl Compactor {
     pub fn new(settle: Duration) -> Self {
-        Compactor { jobs: Arc::default(), wake: Arc::new(Notify::new()), settle }
+        Compactor { jobs: Arc::default(), wake: Arc::new(Notify::new()), settle, last_sweep: Arc::default() }
     }
 
     fn update(&self, key: BlockKey, f: impl FnOnce(&mut Job)) {
@@ -62,6 +71,77 @@ impl Compactor {
     pub fn schedule_settle(&self, key: BlockKey, level: i32) {
         let due = Instant::now() + self.settle;
         self.update(key, |job| job.settle = Some((level, due)));
+    }
+
+    /// Puts a block the debt table names in the queue, due at `due`, unless
+    /// it is there already (then its own schedule is the fresher one).
+    /// Whether it was added.
+    pub fn schedule_owed(&self, key: BlockKey, level: i32, due: Instant) -> bool {
+        let mut added = false;
+        self.update(key, |job| {
+            if job.now.is_none() && job.settle.is_none() {
+                job.settle = Some((level, due));
+                added = true;
+            }
+        });
+        added
+    }
+
+    /// The report of the last finished sweep.
+    pub fn last_sweep(&self) -> Option<SweepReport> {
+        self.last_sweep.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sweeps the debt table now, and records the report.
+    pub async fn sweep(&self, archive: &Archive) -> Result<SweepReport, revstore_service::ApiError> {
+        let report = debt::sweep(archive.store(), self, archive.seal_level(), self.settle, MAX_SWEEP_BLOCKS).await?;
+        metrics::gauge!("old_store_compaction_debt_markers").set(report.markers as f64);
+        *self.last_sweep.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
+        Ok(report)
+    }
+
+    /// Sweeps the debt table at start, then every `interval`, and again as
+    /// soon as the queue drains when a sweep stopped at its block limit.
+    pub async fn sweep_forever(self, archive: Archive, interval: Duration, stop: CancellationToken) {
+        let mut failed_before = false;
+        loop {
+            let truncated = match self.sweep(&archive).await {
+                Ok(report) => {
+                    if report.blocks > 0 || failed_before {
+                        tracing::info!(
+                            markers = report.markers,
+                            blocks = report.blocks,
+                            scheduled = report.scheduled,
+                            truncated = report.truncated,
+                            "compaction debt swept"
+                        );
+                    }
+                    failed_before = false;
+                    report.truncated
+                }
+                Err(e) => {
+                    if !failed_before {
+                        tracing::warn!(
+                            error = e.cause().unwrap_or(e.detail()),
+                            "sweeping the compaction debt failed; retrying at the next interval"
+                        );
+                    }
+                    failed_before = true;
+                    false
+                }
+            };
+            let next_sweep = tokio::time::sleep(interval);
+            tokio::pin!(next_sweep);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = &mut next_sweep => break,
+                    _ = tokio::time::sleep(DRAIN_POLL), if truncated => {
+                        if self.pending() == 0 { break }
+                    }
+                }
+            }
+        }
     }
 
     /// Blocks waiting for a compaction, quiet periods included.
@@ -135,7 +215,12 @@ impl Compactor {
                 return;
             }
             let started = Instant::now();
-            let outcome = archive.compact(&key, level).await;
+            let outcome = archive.compact(&key, level, &stop).await;
+            if stop.is_cancelled() {
+                // Cancelled mid-way, or finished as the stop came: the block's
+                // debt markers stay until a compaction completes, so nothing is lost.
+                return;
+            }
             if outcome.is_ok() && failures_in_a_row > 0 {
                 tracing::info!(failures = failures_in_a_row, "compactions succeed again");
                 failures_in_a_row = 0;
@@ -143,10 +228,11 @@ impl Compactor {
             let seconds = started.elapsed().as_secs_f64();
             metrics::histogram!("old_store_compaction_seconds").record(seconds);
             match outcome {
-                Ok(CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes }) => {
+                Ok(CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, base }) => {
                     metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
-                    tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, seconds, "compacted");
+                    tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
                 }
+                Ok(CompactionOutcome::Cancelled) => return,
                 Ok(CompactionOutcome::NothingToDo) => {
                     metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
                 }

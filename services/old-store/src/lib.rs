@@ -11,11 +11,14 @@
 //! - [`archive`]: the storage model, the write path (race-free slot
 //!   allocation), the read path and compaction.
 //! - [`compactor`]: the background queue of blocks to compact.
+//! - [`debt`]: what must still be compacted, kept in the store so restarts
+//!   lose none of it, and the sweep that reads it back.
 //! - [`routes`]: the HTTP API.
 
 pub mod archive;
 pub mod body;
 pub mod compactor;
+pub mod debt;
 pub mod routes;
 
 use std::time::Duration;
@@ -58,6 +61,11 @@ pub struct Args {
     /// compacted at the seal level.
     #[arg(long, env = "REVSTORE_SETTLE_SECS", default_value_t = 30)]
     pub settle_secs: u64,
+
+    /// Seconds between sweeps of the compaction debt table (which also run at
+    /// start and on `POST /admin/compaction/sweep`).
+    #[arg(long, env = "REVSTORE_DEBT_SWEEP_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub debt_sweep_secs: u64,
 
     /// Megabytes of decoded blocks kept in memory for reads.
     #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB", default_value_t = 256)]
@@ -105,6 +113,11 @@ pub async fn run(
     {
         let archive = archive.clone();
         platform.spawn_worker("compactor", move |stop| archive.compactor().clone().run(archive, stop));
+    }
+    {
+        let archive = archive.clone();
+        let interval = Duration::from_secs(args.debt_sweep_secs);
+        platform.spawn_worker("compaction-debt-sweep", move |stop| archive.compactor().clone().sweep_forever(archive, interval, stop));
     }
     let state = routes::AppState { platform: platform.clone(), archive, titles };
     let router = platform.router(routes::router(state));

@@ -20,6 +20,7 @@ use utoipa::OpenApi;
 
 use crate::archive::{Archive, ArchiveOutcome, Located};
 use crate::body::{ArchiveBody, Part, StoredParts, bundle};
+use crate::debt::SweepReport;
 
 /// A given render never changes; it can only be hidden, so caches keep it a day.
 const FIXED_CACHE: &str = "max-age=86400";
@@ -50,14 +51,16 @@ pub fn router(state: AppState) -> axum::Router {
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
         .route(&format!("{ARCHIVE}/revisions/{{title_or_rev}}"), get(list_revisions))
         .route(&format!("{ARCHIVE}/history/{{title_or_rev}}"), get(history))
+        .route("/admin/compaction", get(compaction_status))
+        .route("/admin/compaction/sweep", post(sweep_compaction_debt))
         .with_state(state)
 }
 
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(title = "revstore old-store", description = "Every old revision, in compressed multi-revision blocks, with random access."),
-    paths(put_render, get_revision, get_render, list_revisions, history, suppress_revision),
-    components(schemas(ArchiveBody, ArchiveAnswer, ArchivedRevision, RevisionList, Problem))
+    paths(put_render, get_revision, get_render, list_revisions, history, suppress_revision, compaction_status, sweep_compaction_debt),
+    components(schemas(ArchiveBody, ArchiveAnswer, ArchivedRevision, RevisionList, CompactionStatus, SweepReport, Problem))
 )]
 pub struct ApiDoc;
 
@@ -330,4 +333,33 @@ async fn suppress_revision(
     let (domain, title) = page_key(&state, &domain, &title)?;
     state.archive.suppress(&domain, &title, RevId::parse(&rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The compactor's state: what this replica has queued, and what the last
+/// sweep of the debt table (shared by all replicas) found.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct CompactionStatus {
+    /// Blocks in this replica's queue, waiting or settling.
+    pub pending: usize,
+    /// The last sweep's report; absent until the first sweep has finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_sweep: Option<SweepReport>,
+}
+
+/// The compaction queue and the debt the last sweep found (for the janitor and operators).
+#[utoipa::path(get, path = "/admin/compaction",
+    responses((status = 200, body = CompactionStatus), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn compaction_status(_: WriteAccess, State(state): State<AppState>) -> Json<CompactionStatus> {
+    let compactor = state.archive.compactor();
+    Json(CompactionStatus { pending: compactor.pending(), last_sweep: compactor.last_sweep() })
+}
+
+/// Sweep the compaction debt table now: every block still owed a seal-level
+/// compaction goes into this replica's queue. Answers when the sweep is done.
+#[utoipa::path(post, path = "/admin/compaction/sweep",
+    responses((status = 200, body = SweepReport), (status = 401, body = Problem), (status = 403, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
+async fn sweep_compaction_debt(_: WriteAccess, State(state): State<AppState>) -> Result<Json<SweepReport>, ApiError> {
+    Ok(Json(state.archive.compactor().sweep(&state.archive).await?))
 }

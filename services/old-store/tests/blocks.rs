@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use common::{Engine, store_on};
 use revstore_keys::{Domain, RevId, Tid, TitleRules};
-use revstore_old_store::archive::{ArchiveOutcome, BlockKey, CompactionOutcome, GROWTH_LEVEL};
+use revstore_old_store::archive::{ArchiveOutcome, BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
 use revstore_old_store::body::{ArchiveBody, Part, StoredParts};
+use revstore_old_store::debt::debt_shard;
 use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
-use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_DEBT, ARCHIVE_META};
 use revstore_storage::{ReadQuery, Store, Upsert, Value};
+use tokio_util::sync::CancellationToken;
 
 fn settings(max_revisions: u64, max_bytes: u64) -> ArchiveSettings {
     ArchiveSettings {
@@ -71,11 +73,12 @@ async fn a_history_reads_back_through_every_stage_of_its_blocks(engine: Engine) 
     }
     // Blocks 0 and 1 are full (40 each), block 2 holds the last 17.
     let key = |block| BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block };
-    assert_compacted(archive.compact(&key(0), GROWTH_LEVEL).await.expect("compact"), 40);
+    let stop = CancellationToken::new();
+    assert_compacted(archive.compact(&key(0), GROWTH_LEVEL, &stop).await.expect("compact"), 40);
     assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
-    assert_compacted(archive.compact(&key(0), 19).await.expect("compact"), 40);
-    assert_eq!(archive.compact(&key(0), 19).await.expect("compact"), CompactionOutcome::NothingToDo);
-    assert_compacted(archive.compact(&key(2), 19).await.expect("compact"), 17);
+    assert_compacted(archive.compact(&key(0), 19, &stop).await.expect("compact"), 40);
+    assert_eq!(archive.compact(&key(0), 19, &stop).await.expect("compact"), CompactionOutcome::NothingToDo);
+    assert_compacted(archive.compact(&key(2), 19, &stop).await.expect("compact"), 17);
     // Appends after a compaction chain onto the frame's last revision.
     for (i, h) in html.iter().take(3).enumerate() {
         let (rev, tid) = (5000 + i as u64, Tid::now());
@@ -83,7 +86,7 @@ async fn a_history_reads_back_through_every_stage_of_its_blocks(engine: Engine) 
         written.push((rev, tid, h.clone()));
     }
     assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
-    assert_compacted(archive.compact(&key(2), GROWTH_LEVEL).await.expect("compact"), 20);
+    assert_compacted(archive.compact(&key(2), GROWTH_LEVEL, &stop).await.expect("compact"), 20);
     assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
     // The compacted rows are gone from the block: only the frame remains.
     let block2 = store.read(&ReadQuery::new(&ARCHIVE_BLOCKS, key(2).partition_values())).await.expect("read");
@@ -92,7 +95,7 @@ async fn a_history_reads_back_through_every_stage_of_its_blocks(engine: Engine) 
 
 fn assert_compacted(outcome: CompactionOutcome, expected: usize) {
     match outcome {
-        CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes } => {
+        CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, .. } => {
             assert_eq!(revisions, expected);
             assert!(stored_bytes * 5 < raw_bytes, "{stored_bytes} bytes stored for {raw_bytes}");
         }
@@ -203,7 +206,8 @@ async fn a_leftover_row_neither_shows_nor_stalls_compaction(engine: Engine) {
         written.push((1 + i as u64, tid, h.clone()));
     }
     let key = BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block: 0 };
-    assert_compacted(archive.compact(&key, 19).await.expect("compact"), 3);
+    let stop = CancellationToken::new();
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("compact"), 3);
     // The loser's row at slot 1, written after the compaction.
     store
         .write(
@@ -219,8 +223,90 @@ async fn a_leftover_row_neither_shows_nor_stalls_compaction(engine: Engine) {
         written.push((1 + i as u64, tid, h.clone()));
     }
     assert_reads_back(&store, settings(1000, 1 << 30), "Leftover", &written).await;
-    assert_compacted(archive.compact(&key, 19).await.expect("compact"), 5);
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("compact"), 5);
     assert_reads_back(&store, settings(1000, 1 << 30), "Leftover", &written).await;
+}
+
+/// The debt markers of a title: (block, slot) of each render still owed a seal-level compaction.
+async fn debt_of(store: &Store, d: &Domain, t: &revstore_keys::Title) -> Vec<(i64, i64)> {
+    let shard = Value::from(debt_shard(d.as_str(), t.as_str()));
+    let page = store
+        .read(
+            &ReadQuery::new(&ARCHIVE_DEBT, [shard])
+                .slice(revstore_storage::Slice::prefix([Value::from(d.as_str()), Value::from(t.as_str())])),
+        )
+        .await
+        .expect("debt");
+    page.rows.iter().map(|r| (r.bigint("block").expect("block"), r.bigint("slot").expect("slot"))).collect()
+}
+
+async fn debt_is_kept_per_render_until_a_seal_level_compaction_covers_it(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    let html = revstore_testdata::anarchism_html();
+    let archive = Archive::new(store.clone(), settings(1000, 1 << 30));
+    let (d, t) = page("Debt");
+    let stop = CancellationToken::new();
+    for (i, h) in html.iter().enumerate().take(6) {
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), Tid::now(), html_entry(h)).await.expect("archive");
+    }
+    assert_eq!(debt_of(&store, &d, &t).await, (0..6).map(|slot| (0, slot)).collect::<Vec<_>>(), "one marker per appended render");
+    let key = BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block: 0 };
+    // A growth-level compaction leaves the block owed its seal-level one.
+    assert_compacted(archive.compact(&key, GROWTH_LEVEL, &stop).await.expect("compact"), 6);
+    assert_eq!(debt_of(&store, &d, &t).await.len(), 6);
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("compact"), 6);
+    assert!(debt_of(&store, &d, &t).await.is_empty(), "the seal-level compaction discharges the debt");
+    // A render appended after it is owed again, and only it.
+    archive.archive(&d, &t, RevId::new(7).expect("rev"), Tid::now(), html_entry(&html[6])).await.expect("archive");
+    assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 6)]);
+    // A cancelled compaction stores nothing and keeps the debt.
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    assert_eq!(archive.compact(&key, 19, &cancelled).await.expect("compact"), CompactionOutcome::Cancelled);
+    assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 6)]);
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("compact"), 7);
+    assert!(debt_of(&store, &d, &t).await.is_empty());
+}
+
+async fn blocks_of_a_large_page_are_compressed_against_an_anchor(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    // 150 KB revisions, three to a block: the shape of a page of multi-megabyte revisions.
+    let large = revstore_testdata::large_page_history(5, 18);
+    let max_bytes = large.iter().map(|r| html_entry(r).len() as u64).max().expect("revisions") * 3 + 100;
+    let archive = Archive::new(store.clone(), settings(1000, max_bytes));
+    let (d, t) = page("Large");
+    let stop = CancellationToken::new();
+    let mut written = Vec::new();
+    for (i, r) in large.iter().enumerate() {
+        let tid = Tid::now();
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(r)).await.expect("archive");
+        written.push((1 + i as u64, tid, r.clone()));
+    }
+    let key = |block| BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block };
+    let mut stored = Vec::new();
+    for block in 0..6 {
+        match archive.compact(&key(block), 19, &stop).await.expect("compact") {
+            CompactionOutcome::Compacted { revisions, stored_bytes, base, .. } => {
+                assert_eq!(revisions, 3);
+                let expected = if block == 0 { BaseChoice::Anchor } else { BaseChoice::On { block: 0, slot: 0 } };
+                assert_eq!(base, expected, "block {block}");
+                stored.push(stored_bytes);
+            }
+            other => panic!("block {block}: {other:?}"),
+        }
+    }
+    // Every block after the anchor costs a fraction of the anchor, which pays for a whole revision.
+    for (block, bytes) in stored.iter().enumerate().skip(1) {
+        assert!(bytes * 4 < stored[0], "block {block}: {bytes} bytes against the anchor's {}", stored[0]);
+    }
+    assert_reads_back(&store, settings(1000, max_bytes), "Large", &written).await;
+    // A block whose frame is corrupted against its base is an integrity error, not garbage:
+    // tamper with the base slot the block names.
+    store.write(Upsert::new(&ARCHIVE_BLOCKS, key(3).partition_values()).set("base_slot", 1i64)).await.expect("tamper");
+    let fresh = Archive::new(store.clone(), settings(1000, max_bytes));
+    let at = fresh.locate(&d, &t, RevId::new(11).expect("rev"), None).await.expect("locate").expect("archived");
+    assert_eq!(at.block, 3);
+    assert!(fresh.content(&d, &t, &at).await.is_err(), "a wrong base must not decode");
 }
 
 revstore_test_service::on_both_engines!(
@@ -228,4 +314,6 @@ revstore_test_service::on_both_engines!(
     a_history_reads_back_through_every_stage_of_its_blocks,
     replicas_racing_for_one_title_lose_nothing_and_store_nothing_twice,
     a_corrupted_block_is_an_integrity_error_not_garbage,
+    debt_is_kept_per_render_until_a_seal_level_compaction_covers_it,
+    blocks_of_a_large_page_are_compressed_against_an_anchor,
 );

@@ -1,0 +1,165 @@
+//! Compaction debt, kept in the store so that no restart forgets it.
+//!
+//! Every appended render leaves a *marker* in `archive_compaction_debt`,
+//! written before its slot is taken; the seal-level compaction that covers the
+//! slot deletes it. So at any moment the markers name every block that holds
+//! renders not yet in a seal-level frame — whatever happened to the process
+//! that appended them (a deploy, `kill -9`, an autoscaler). The in-memory queue
+//! ([`crate::compactor`]) stays the fast path; a *sweep* reads the markers and
+//! puts the blocks they name back into it: at start, every
+//! `REVSTORE_DEBT_SWEEP_SECS`, and when asked (`POST /admin/compaction/sweep`).
+//!
+//! Why markers rather than a sweep over every block: the markers cost one small
+//! write per append and a sweep reads only what is owed, while the blocks of a
+//! wiki number in the tens of millions and are almost all sealed. Why one
+//! marker per slot rather than one per block: a compaction deletes exactly the
+//! slots it read as committed, so a render appended while it ran keeps its
+//! marker, with no reliance on clocks or write timestamps.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::time::{Duration, Instant, SystemTime};
+
+use revstore_keys::{composite_key_bytes, murmur3_token};
+use revstore_schema::tables::old_store::ARCHIVE_DEBT;
+use revstore_storage::{Delete, DeleteTarget, ReadQuery, Slice, Store, StoreResult, Upsert, Value};
+
+use crate::archive::BlockKey;
+use crate::compactor::Compactor;
+
+/// Partitions of the debt table; a sweep reads each in turn.
+pub const DEBT_SHARDS: i64 = 64;
+/// Markers read per step of a sweep.
+const SWEEP_PAGE: u32 = 1000;
+/// A marker at a slot the title never committed is left by a writer that
+/// failed between writing it and taking the slot; after this long no such
+/// write is still in flight, and the marker is dropped.
+const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
+
+/// The debt partition of a title.
+pub fn debt_shard(domain: &str, title: &str) -> i64 {
+    murmur3_token(&composite_key_bytes(&[domain.as_bytes(), title.as_bytes()])).rem_euclid(DEBT_SHARDS)
+}
+
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn block_prefix(key: &BlockKey) -> [Value; 3] {
+    [Value::from(key.domain.as_str()), Value::from(key.title.as_str()), Value::from(key.block)]
+}
+
+/// The marker a render appended at `slot` of `key` leaves until it is compacted.
+pub fn marker(key: &BlockKey, slot: i64) -> Upsert {
+    let [d, t, b] = block_prefix(key);
+    Upsert::new(&ARCHIVE_DEBT, [Value::from(debt_shard(&key.domain, &key.title)), d, t, b, Value::from(slot)])
+        .set("appended_at", Value::Timestamp(millis(SystemTime::now())))
+}
+
+/// Deletes the markers of a block that a seal-level compaction discharged:
+/// every slot below `committed`, the title's slot count the compaction read
+/// (those are in the new frame, or were never this block's). Markers at
+/// higher slots belong to appends still in flight and stay, unless they are
+/// older than [`ABANDONED_AFTER`].
+pub async fn discharge(store: &Store, key: &BlockKey, committed: i64) -> StoreResult<()> {
+    let shard = Value::from(debt_shard(&key.domain, &key.title));
+    store
+        .write(Delete {
+            table: &ARCHIVE_DEBT,
+            partition: vec![shard.clone()],
+            target: DeleteTarget::Range(Slice::prefix(block_prefix(key)).upper(Bound::Excluded(Value::from(committed)))),
+            timestamp: None,
+        })
+        .await?;
+    let left = store.read(&ReadQuery::new(&ARCHIVE_DEBT, [shard.clone()]).slice(Slice::prefix(block_prefix(key))).limit(100)).await?;
+    let abandoned_before = millis(SystemTime::now()) - ABANDONED_AFTER.as_millis() as i64;
+    for row in left.rows {
+        let (Some(slot), Some(at)) = (row.bigint("slot"), row.timestamp("appended_at")) else { continue };
+        if at < abandoned_before {
+            let mut clustering = block_prefix(key).to_vec();
+            clustering.push(Value::from(slot));
+            store
+                .write(Delete {
+                    table: &ARCHIVE_DEBT,
+                    partition: vec![shard.clone()],
+                    target: DeleteTarget::Row(clustering),
+                    timestamp: None,
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// What a sweep found.
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
+pub struct SweepReport {
+    /// Markers read: renders appended and not yet in a seal-level frame.
+    pub markers: u64,
+    /// Distinct blocks they name.
+    pub blocks: u64,
+    /// Of those, blocks put in the queue (the others were in it already).
+    pub scheduled: u64,
+    /// Whether the sweep stopped at its block limit before reading every marker.
+    pub truncated: bool,
+    /// When the oldest marker was written (RFC 3339), if there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_marker: Option<String>,
+    /// When the sweep finished (RFC 3339).
+    pub finished_at: String,
+}
+
+/// Reads the markers of every shard and puts each block they name in the
+/// compactor's queue at `level`, due a settle period after its latest append
+/// (at once for debt older than that). Stops after `max_blocks` blocks.
+pub async fn sweep(store: &Store, compactor: &Compactor, level: i32, settle: Duration, max_blocks: u64) -> StoreResult<SweepReport> {
+    let mut report = SweepReport::default();
+    let mut oldest: Option<i64> = None;
+    // Replicas sweep the same markers; starting each at its own shard spreads
+    // who reaches a block first (the compactions are race-safe either way).
+    let first = rand::random::<u64>() as i64 % DEBT_SHARDS;
+    'shards: for i in 0..DEBT_SHARDS {
+        let shard = (first + i) % DEBT_SHARDS;
+        let mut cursor = None;
+        loop {
+            let page =
+                store.read(&ReadQuery::new(&ARCHIVE_DEBT, [Value::from(shard)]).limit(SWEEP_PAGE).page_token(cursor.clone())).await?;
+            // The latest append per block: a block still being written to waits.
+            let mut latest: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
+            for row in &page.rows {
+                let (Some(domain), Some(title), Some(block), Some(at)) =
+                    (row.text("domain"), row.text("title"), row.bigint("block"), row.timestamp("appended_at"))
+                else {
+                    continue;
+                };
+                report.markers += 1;
+                oldest = Some(oldest.map_or(at, |o| o.min(at)));
+                let entry = latest.entry((domain.to_owned(), title.to_owned(), block)).or_insert(at);
+                *entry = (*entry).max(at);
+            }
+            let now = millis(SystemTime::now());
+            for ((domain, title, block), at) in latest {
+                report.blocks += 1;
+                let wait = Duration::from_millis(u64::try_from(at + settle.as_millis() as i64 - now).unwrap_or(0));
+                if compactor.schedule_owed(BlockKey { domain, title, block }, level, Instant::now() + wait) {
+                    report.scheduled += 1;
+                }
+                if report.blocks >= max_blocks {
+                    report.truncated = true;
+                    break 'shards;
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+    report.oldest_marker = oldest.map(rfc3339);
+    report.finished_at = rfc3339(millis(SystemTime::now()));
+    Ok(report)
+}
+
+fn rfc3339(ms: i64) -> String {
+    revstore_keys::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
