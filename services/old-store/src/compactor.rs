@@ -16,6 +16,7 @@
 //! cancelled within about a second; its debt stays in the store.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,11 +49,13 @@ pub struct Compactor {
     wake: Arc<Notify>,
     settle: Duration,
     last_sweep: Arc<Mutex<Option<SweepReport>>>,
+    /// Whether a compaction is running (set as its job leaves the queue).
+    compacting: Arc<AtomicBool>,
 }
 
 impl Compactor {
     pub fn new(settle: Duration) -> Self {
-        Compactor { jobs: Arc::default(), wake: Arc::new(Notify::new()), settle, last_sweep: Arc::default() }
+        Compactor { jobs: Arc::default(), wake: Arc::new(Notify::new()), settle, last_sweep: Arc::default(), compacting: Arc::default() }
     }
 
     fn update(&self, key: BlockKey, f: impl FnOnce(&mut Job)) {
@@ -85,6 +88,11 @@ impl Compactor {
             }
         });
         added
+    }
+
+    /// Whether a compaction is running now.
+    pub fn compacting(&self) -> bool {
+        self.compacting.load(Ordering::SeqCst)
     }
 
     /// The report of the last finished sweep.
@@ -180,6 +188,8 @@ impl Compactor {
             }
         }
         metrics::gauge!("old_store_compactions_pending").set(jobs.len() as f64);
+        // Under the queue's lock, so that no observer sees the job in neither place.
+        self.compacting.store(true, Ordering::SeqCst);
         Ok((key, level))
     }
 
@@ -211,6 +221,7 @@ impl Compactor {
                     }
                 }
             };
+            let _running = CompactingFlag(&self.compacting);
             if stop.is_cancelled() {
                 return;
             }
@@ -253,5 +264,15 @@ impl Compactor {
                 }
             }
         }
+    }
+}
+
+/// Clears the compacting flag once a compaction's outcome is recorded (at the
+/// end of the loop iteration that ran it).
+struct CompactingFlag<'a>(&'a AtomicBool);
+
+impl Drop for CompactingFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }

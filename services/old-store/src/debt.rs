@@ -117,7 +117,7 @@ pub async fn sweep(store: &Store, compactor: &Compactor, level: i32, settle: Dur
     let mut oldest: Option<i64> = None;
     // Replicas sweep the same markers; starting each at its own shard spreads
     // who reaches a block first (the compactions are race-safe either way).
-    let first = rand::random::<u64>() as i64 % DEBT_SHARDS;
+    let first = (rand::random::<u64>() % DEBT_SHARDS as u64) as i64;
     'shards: for i in 0..DEBT_SHARDS {
         let shard = (first + i) % DEBT_SHARDS;
         let mut cursor = None;

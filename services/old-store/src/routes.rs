@@ -341,6 +341,8 @@ async fn suppress_revision(
 pub struct CompactionStatus {
     /// Blocks in this replica's queue, waiting or settling.
     pub pending: usize,
+    /// Whether this replica is compacting a block now.
+    pub compacting: bool,
     /// The last sweep's report; absent until the first sweep has finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_sweep: Option<SweepReport>,
@@ -352,7 +354,7 @@ pub struct CompactionStatus {
     security(("bearer" = [])))]
 async fn compaction_status(_: WriteAccess, State(state): State<AppState>) -> Json<CompactionStatus> {
     let compactor = state.archive.compactor();
-    Json(CompactionStatus { pending: compactor.pending(), last_sweep: compactor.last_sweep() })
+    Json(CompactionStatus { pending: compactor.pending(), compacting: compactor.compacting(), last_sweep: compactor.last_sweep() })
 }
 
 /// Sweep the compaction debt table now: every block still owed a seal-level

@@ -6,10 +6,13 @@
 //! to start ("cannot open storage: … disk full", exit 1), which under
 //! Kubernetes is a crash loop with reads down too.
 
-use std::io::{BufRead, BufReader};
+mod process;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use process::Running;
 
 use revstore_keys::Tid;
 use serde_json::json;
@@ -44,73 +47,9 @@ impl Drop for SmallDisk {
     }
 }
 
-/// The old-store binary, its address, and the lines it logged.
-struct Running {
-    child: Child,
-    base: String,
-    logs: std::sync::mpsc::Receiver<String>,
-}
-
-impl Running {
-    fn start(data_dir: &Path) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_revstore-old-store"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0", "--write-tokens", TOKEN, "--shutdown-delay-secs", "0", "--settle-secs", "1"])
-            .env("RUST_LOG", "info")
-            .env("REVSTORE_LOG_FORMAT", "json")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start old-store");
-        let stderr = child.stderr.take().expect("stderr");
-        let (lines, logs) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let started = Instant::now();
-        let base = loop {
-            let line = logs.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-                let status = child.try_wait().ok().flatten();
-                let said: Vec<String> = logs.try_iter().collect();
-                panic!("old-store did not say where it listens (exit status: {status:?}); it said: {said:?}")
-            });
-            if line.contains("\"ERROR\"") {
-                eprintln!("old-store: {line}");
-            }
-            if line.contains("\"listening\"") {
-                let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
-                break format!("http://{}", log["fields"]["address"].as_str().expect("address"));
-            }
-            assert!(started.elapsed() < Duration::from_secs(30), "old-store did not start");
-        };
-        Running { child, base, logs }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn kill_9(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-    }
-
-    /// The lines logged so far.
-    fn logged(&self) -> Vec<String> {
-        self.logs.try_iter().collect()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start(data_dir: &Path) -> Running {
+    let args = ["--data-dir", data_dir.to_str().expect("utf-8"), "--write-tokens", TOKEN, "--settle-secs", "1"];
+    Running::start(&args.map(String::from))
 }
 
 fn incompressible_html(bytes: usize) -> String {
@@ -126,19 +65,6 @@ async fn archive(http: &reqwest::Client, s: &Running, title: &str, rev: u64, htm
     http.put(url).bearer_auth(TOKEN).json(&body).send().await.expect("send")
 }
 
-async fn ready(http: &reqwest::Client, s: &Running) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = http.get(s.url("/readyz")).send().await
-            && r.status() == 200
-        {
-            return r.json().await.expect("json");
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "old-store did not become ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root to mount a small tmpfs (a real full disk); scripts/test runs it"]
 async fn after_a_crash_on_a_full_disk_old_store_starts_serves_reads_and_takes_writes_when_space_returns() {
@@ -149,8 +75,8 @@ async fn after_a_crash_on_a_full_disk_old_store_starts_serves_reads_and_takes_wr
     std::fs::write(&reserve, vec![0u8; 3 << 20]).expect("reserve");
     let http = reqwest::Client::new();
 
-    let s = Running::start(&data_dir);
-    ready(&http, &s).await;
+    let s = start(&data_dir);
+    s.ready(&http).await;
     assert_eq!(archive(&http, &s, "Kept", 1, "<p>first</p>").await.status(), 201);
     // Fill the disk: incompressible revisions until old-store refuses.
     let mut refused = None;
@@ -174,21 +100,21 @@ async fn after_a_crash_on_a_full_disk_old_store_starts_serves_reads_and_takes_wr
     s.kill_9();
 
     // Restarted on the full disk: it starts and serves reads.
-    let s = Running::start(&data_dir);
-    ready(&http, &s).await;
+    let s = start(&data_dir);
+    s.ready(&http).await;
     let read = http.get(s.url("/en.wikipedia.org/v1/archive/html/Kept/1")).send().await.expect("send");
     assert_eq!((read.status().as_u16(), read.text().await.expect("body")), (200, "<p>first</p>".to_owned()));
     // Writes are refused with the same 503, and the condition is reported.
     let refused = archive(&http, &s, "Filler_0", 10_000, &incompressible_html(400_000)).await;
     assert_eq!(refused.status(), 503);
-    assert_eq!(ready(&http, &s).await["writes"], "refused: storage full");
+    assert_eq!(s.ready(&http).await["writes"], "refused: storage full");
     let metrics = http.get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
     assert!(metrics.contains("storage_full{engine=\"embedded\"} 1"), "{metrics}");
 
     // Space returns: writes are taken again, with no restart.
     std::fs::remove_file(&reserve).expect("free the reserve");
     assert_eq!(archive(&http, &s, "After", 1, "<p>space again</p>").await.status(), 201);
-    assert_eq!(ready(&http, &s).await["writes"], "accepted");
+    assert_eq!(s.ready(&http).await["writes"], "accepted");
     let read = http.get(s.url("/en.wikipedia.org/v1/archive/html/After/1")).send().await.expect("send");
     assert_eq!(read.status(), 200);
 }
