@@ -1,135 +1,30 @@
-//! old-store over HTTP on the embedded engine: what the archive costs on disk,
-//! how fast it ingests, how fast it reads back. One run, one machine, the load
-//! generator beside the service (as the targets are stated).
+//! old-store over HTTP on the embedded engine: how fast it ingests and reads
+//! back. One run, one machine, the load generator beside the service (as the
+//! targets are stated). What the archive costs on disk is the `at_rest` bench.
 //!
 //! ```text
-//! cargo bench -p revstore-old-store --bench archive -- [--titles N] [--reads N]
+//! cargo bench -p revstore-old-store --bench archive -- [--titles N] [--reads N] [--binary PATH]
 //! ```
 //! It starts the real `revstore-old-store` binary as a separate process and measures:
-//! 1. **compression**: each real history of shared/data ingested one revision at
-//!    a time through the API into a fresh store, left to settle (the compactor
-//!    done), the service stopped cleanly; the bytes the embedded engine's files
-//!    grew by, against the raw bytes of the history. Plus a page of megabyte
-//!    revisions, made by joining 40 consecutive Anarchism revisions into each.
-//! 2. **ingest**: `--titles` copies of the Anarchism HTML history (default 8),
+//! 1. **ingest**: `--titles` copies of the Anarchism HTML history (default 8),
 //!    one writer per title, all at once: revisions per second, sustained.
-//! 3. **random reads**: `--reads` GETs (default 5,000) of a random revision of a
+//! 2. **random reads**: `--reads` GETs (default 5,000) of a random revision of a
 //!    random title, 4 clients: latency percentiles, with the default block cache
 //!    and with a 1 MB cache (nearly every read decodes its block).
-//! 4. **history stream**: each title's whole history as NDJSON: MB/s of HTML.
-//! 5. **dump import**: the aawiki full-history dump of shared/data through
+//! 3. **history stream**: each title's whole history as NDJSON: MB/s of HTML.
+//! 4. **dump import**: the aawiki full-history dump of shared/data through
 //!    `revstore-dump-import` (8 writers): revisions per second, then the bytes
 //!    on disk against the raw wikitext, and a verification pass.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use revstore_keys::Tid;
+use common::{DOMAIN, Service, TOKEN, arg, dir_bytes, percentile};
 use serde_json::json;
-
-const TOKEN: &str = "old-store-bench-token";
-const DOMAIN: &str = "en.wikipedia.org";
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
-
-struct Service {
-    child: Child,
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Service {
-    async fn start(dir: &Path, extra: &[&str]) -> Service {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_revstore-old-store"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
-            .args(["--data-dir", dir.to_str().unwrap(), "--body-limit-bytes", "67108864", "--settle-secs", "1"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start revstore-old-store");
-        let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
-        let started = Instant::now();
-        while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Service { child, base, http }
-    }
-
-    async fn archive(&self, title: &str, rev: u64, body: &serde_json::Value) {
-        let r = self
-            .http
-            .put(format!("{}/{DOMAIN}/v1/archive/{title}/{rev}/{}", self.base, Tid::now()))
-            .bearer_auth(TOKEN)
-            .json(body)
-            .send()
-            .await
-            .expect("archive");
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    }
-
-    /// Waits until the compactor has nothing left, quiet periods included.
-    async fn settle(&self) {
-        loop {
-            let metrics = self.http.get(format!("{}/metrics", self.base)).send().await.unwrap().text().await.unwrap();
-            let pending = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("old_store_compactions_pending "))
-                .map(|v| v.trim().parse::<f64>().unwrap())
-                .unwrap_or(0.0);
-            if pending == 0.0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// SIGTERM, then wait: a clean shutdown.
-    fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
-}
-
-/// Ingests one history into a fresh store; returns the bytes on disk it added.
-async fn on_disk_cost(revisions: &[String], part: &str) -> (u64, u64) {
-    let dir = tempfile::tempdir().unwrap();
-    Service::start(dir.path(), &[]).await.stop();
-    let empty = dir_bytes(dir.path());
-    let service = Service::start(dir.path(), &[]).await;
-    for (i, r) in revisions.iter().enumerate() {
-        service.archive("History", 1 + i as u64, &json!({ part: r })).await;
-    }
-    service.settle().await;
-    service.stop();
-    (dir_bytes(dir.path()) - empty, revisions.iter().map(|r| r.len() as u64).sum())
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -137,27 +32,7 @@ async fn main() {
     let reads: usize = arg("--reads").map(|s| s.parse().expect("--reads")).unwrap_or(5000);
     let html = Arc::new(revstore_testdata::anarchism_html());
 
-    println!("## 1. Compression: bytes on disk added by the ingest, after a clean shutdown\n");
-    println!("| history | revisions | raw | on disk | % of raw |\n|---|---|---|---|---|");
-    let megabyte_revisions: Vec<String> = (0..html.len() - 40).step_by(2).map(|i| html[i..i + 40].concat()).collect();
-    let histories = [
-        ("enwiki Anarchism, Parsoid HTML", (*html).clone(), "html"),
-        ("enwiki Anarchism, wikitext", revstore_testdata::history("enwiki_Anarchism.wikitext", "wikitext"), "wikitext"),
-        ("webplatform css/font-size, wikitext", revstore_testdata::history("webplatform_css_font-size.wikitext", ""), "wikitext"),
-        ("megabyte revisions (40 Anarchism revisions joined each)", megabyte_revisions, "html"),
-    ];
-    for (name, revisions, part) in &histories {
-        let (disk, raw) = on_disk_cost(revisions, part).await;
-        println!(
-            "| {name} | {} | {:.2} MB | {} KB | {:.2} |",
-            revisions.len(),
-            raw as f64 / 1e6,
-            disk / 1000,
-            100.0 * disk as f64 / raw as f64
-        );
-    }
-
-    println!("\n## 2. Ingest: {titles} titles x {} revisions of Anarchism HTML, one writer per title\n", html.len());
+    println!("\n## 1. Ingest: {titles} titles x {} revisions of Anarchism HTML, one writer per title\n", html.len());
     let dir = tempfile::tempdir().unwrap();
     let service = Arc::new(Service::start(dir.path(), &[]).await);
     let started = Instant::now();
@@ -187,7 +62,7 @@ async fn main() {
     println!("compactor settled {:.1} s after the last write (settle period 1 s)", settle_started.elapsed().as_secs_f64());
     Arc::into_inner(service).unwrap().stop();
 
-    println!("\n## 3. Random reads of old revisions: {reads} GETs, 4 clients\n");
+    println!("\n## 2. Random reads of old revisions: {reads} GETs, 4 clients\n");
     println!("| block cache | p50 ms | p99 ms | max ms | reads/s |\n|---|---|---|---|---|");
     for (label, cache_mb) in [("256 MB (default)", "256"), ("1 MB (nearly every read decodes)", "1")] {
         let service = Arc::new(Service::start(dir.path(), &["--block-cache-mb", cache_mb]).await);
@@ -226,7 +101,7 @@ async fn main() {
         Arc::into_inner(service).unwrap().stop();
     }
 
-    println!("\n## 4. History stream: each title's history as NDJSON, decoded HTML per second\n");
+    println!("\n## 3. History stream: each title's history as NDJSON, decoded HTML per second\n");
     let service = Service::start(dir.path(), &[]).await;
     for pass in ["cold (fresh process)", "warm (blocks cached)"] {
         let started = Instant::now();
@@ -257,7 +132,7 @@ async fn main() {
     }
     service.stop();
 
-    println!("\n## 5. Dump import: aawiki pages-meta-history (shared/data/dumps), 8 writers\n");
+    println!("\n## 4. Dump import: aawiki pages-meta-history (shared/data/dumps), 8 writers\n");
     let dir = tempfile::tempdir().unwrap();
     Service::start(dir.path(), &[]).await.stop();
     let empty = dir_bytes(dir.path());

@@ -129,7 +129,7 @@ pub enum ArchiveOutcome {
 }
 
 /// One partition of `archive_blocks`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockKey {
     pub domain: String,
     pub title: String,
@@ -674,6 +674,9 @@ impl Archive {
         let undecided = base == BaseChoice::Undecided && old_through.is_some() && key.block > 0;
         let choosable = undecided && discharges && self.previous_has_chosen(key).await?;
         if !pending_rows && !choosable && old_level.is_some_and(|l| l >= i64::from(level)) {
+            if undecided && discharges {
+                return Ok(CompactionOutcome::BaseUndecided);
+            }
             if discharges {
                 if key.block == 0 && base == BaseChoice::Undecided && old_through.is_some() {
                     // A frame written before bases existed: block 0 always stands
@@ -759,6 +762,9 @@ impl Archive {
         if self.inner.cache.get(key).is_none_or(|c| c.entries.len() <= decoded.entries.len()) {
             self.inner.cache.insert(key.clone(), decoded.clone());
         }
+        if discharges && base == BaseChoice::Undecided && key.block > 0 {
+            return Ok(CompactionOutcome::BaseUndecided);
+        }
         if discharges {
             debt::discharge(&self.inner.store, key, committed).await?;
         }
@@ -833,6 +839,10 @@ pub enum CompactionOutcome {
     NothingToDo,
     /// Stopped by shutdown before it was stored.
     Cancelled,
+    /// At the seal level, the block could not choose its base because the
+    /// block before it has not chosen yet; its debt is kept (whatever was
+    /// compacted meanwhile is stored).
+    BaseUndecided,
     /// Another replica compacted the block first.
     LostRace,
 }

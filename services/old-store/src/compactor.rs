@@ -15,7 +15,7 @@
 //! `kill -9`) loses no compaction. On shutdown a running compaction is
 //! cancelled within about a second; its debt stays in the store.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,7 +45,9 @@ struct Job {
 /// The queue of blocks to compact. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Compactor {
-    jobs: Arc<Mutex<HashMap<BlockKey, Job>>>,
+    /// In key order, so a title's blocks are compacted oldest first: a block
+    /// chooses its base only after the block before it has chosen.
+    jobs: Arc<Mutex<BTreeMap<BlockKey, Job>>>,
     wake: Arc<Notify>,
     settle: Duration,
     last_sweep: Arc<Mutex<Option<SweepReport>>>,
@@ -162,6 +164,7 @@ impl Compactor {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
+        // The first urgent job in key order, else the first settled one.
         let mut chosen = None;
         for (key, job) in jobs.iter() {
             if let Some(level) = job.now {
@@ -169,10 +172,10 @@ impl Compactor {
                 break;
             }
             if let Some((level, due)) = job.settle {
-                if due <= now {
-                    chosen = Some((key.clone(), level, false));
-                } else {
+                if due > now {
                     next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                } else if chosen.is_none() {
+                    chosen = Some((key.clone(), level, false));
                 }
             }
         }
@@ -244,6 +247,15 @@ impl Compactor {
                     tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
                 }
                 Ok(CompactionOutcome::Cancelled) => return,
+                Ok(CompactionOutcome::BaseUndecided) => {
+                    // The block before has not chosen its base yet: compact it
+                    // first, then this one again (its debt is kept meanwhile).
+                    metrics::counter!("old_store_compactions_total", "outcome" => "base_undecided").increment(1);
+                    if key.block > 0 {
+                        self.schedule_now(BlockKey { block: key.block - 1, ..key.clone() }, level);
+                    }
+                    self.schedule_settle(key, level);
+                }
                 Ok(CompactionOutcome::NothingToDo) => {
                     metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
                 }

@@ -78,6 +78,10 @@ async fn a_history_reads_back_through_every_stage_of_its_blocks(engine: Engine) 
     assert_reads_back(&store, settings.clone(), "Anarchism", &written).await;
     assert_compacted(archive.compact(&key(0), 19, &stop).await.expect("compact"), 40);
     assert_eq!(archive.compact(&key(0), 19, &stop).await.expect("compact"), CompactionOutcome::NothingToDo);
+    // Block 2 cannot choose its base before block 1 has: its rows are compacted, its debt kept.
+    assert_eq!(archive.compact(&key(2), 19, &stop).await.expect("compact"), CompactionOutcome::BaseUndecided);
+    assert_eq!(archive.compact(&key(2), 19, &stop).await.expect("compact"), CompactionOutcome::BaseUndecided);
+    assert_compacted(archive.compact(&key(1), 19, &stop).await.expect("compact"), 40);
     assert_compacted(archive.compact(&key(2), 19, &stop).await.expect("compact"), 17);
     // Appends after a compaction chain onto the frame's last revision.
     for (i, h) in html.iter().take(3).enumerate() {

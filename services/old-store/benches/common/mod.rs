@@ -1,0 +1,140 @@
+//! The real old-store binary as a separate process, for the benchmarks.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use revstore_keys::Tid;
+
+pub const TOKEN: &str = "old-store-bench-token";
+pub const DOMAIN: &str = "en.wikipedia.org";
+
+/// The value after `name` on the command line.
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+/// The binary to measure: `--binary PATH` (an older build, side by side), or this build's.
+pub fn binary() -> PathBuf {
+    arg("--binary").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_revstore-old-store")), PathBuf::from)
+}
+
+pub struct Service {
+    child: Child,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Service {
+    /// Starts `binary` on `dir` (settle period 1 s) and waits until it is ready.
+    pub async fn start_binary(binary: &Path, dir: &Path, extra: &[&str]) -> Service {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(binary)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+            .args(["--data-dir", dir.to_str().unwrap(), "--body-limit-bytes", "67108864", "--settle-secs", "1"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start revstore-old-store");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+        let started = Instant::now();
+        while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+            assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Service { child, base, http }
+    }
+
+    /// This build's binary (or `--binary`).
+    pub async fn start(dir: &Path, extra: &[&str]) -> Service {
+        Service::start_binary(&binary(), dir, extra).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn archive(&self, title: &str, rev: u64, body: &serde_json::Value) {
+        let r = self
+            .http
+            .put(format!("{}/{DOMAIN}/v1/archive/{title}/{rev}/{}", self.base, Tid::now()))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("archive");
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    }
+
+    async fn pending(&self) -> f64 {
+        let metrics = self.http.get(format!("{}/metrics", self.base)).send().await.unwrap().text().await.unwrap();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("old_store_compactions_pending "))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until the compactor is at rest: nothing queued, nothing running,
+    /// and (where the build keeps its debt in the store) nothing owed. A build
+    /// without `/admin/compaction` is taken at its word after two quiet seconds.
+    pub async fn at_rest(&self) {
+        loop {
+            let status = self.http.get(format!("{}/admin/compaction", self.base)).bearer_auth(TOKEN).send().await.unwrap();
+            if status.status() == 404 {
+                if self.pending().await == 0.0 {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    if self.pending().await == 0.0 {
+                        return;
+                    }
+                }
+            } else {
+                let status: serde_json::Value = status.json().await.unwrap();
+                if status["pending"] == 0 && status["compacting"] == false {
+                    let sweep = self.http.post(format!("{}/admin/compaction/sweep", self.base)).bearer_auth(TOKEN).send().await.unwrap();
+                    let sweep: serde_json::Value = sweep.json().await.unwrap();
+                    if sweep["markers"] == 0 {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until nothing is queued (compactions may still be running).
+    pub async fn settle(&self) {
+        while self.pending().await != 0.0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// SIGTERM, then wait: a clean shutdown.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bytes in the files of a data directory.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+/// The `p` quantile of sorted latencies, in milliseconds.
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
