@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{ColumnKind, Compaction, Order, TableDef};
+use crate::model::{Column, ColumnKind, Compaction, Order, TableDef};
 
 /// Which server speaks the CQL: keyspace options differ between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +67,36 @@ pub fn create_keyspace(keyspace: &str, replication: &Replication, flavor: Flavor
 }
 
 /// `CREATE TABLE IF NOT EXISTS` for one declaration.
+/// A column as it appears in `CREATE TABLE` (and after `ALTER TABLE … ADD`).
+pub fn column_definition(c: &Column) -> String {
+    let statik = if c.kind == ColumnKind::Static { " static" } else { "" };
+    format!("{} {}{statik}", quote(c.name), c.ty.cql())
+}
+
+/// `ALTER TABLE … ADD` for a column a newer declaration added.
+pub fn add_column(keyspace: &str, table: &TableDef, c: &Column) -> String {
+    format!("ALTER TABLE {}.{} ADD {}", quote(keyspace), quote(table.name), column_definition(c))
+}
+
+/// The columns `table` declares beyond `before` (a [`create_table`] of an
+/// earlier declaration, same keyspace), if that is the only difference:
+/// static or regular columns added, nothing else changed. `None` for any
+/// other change (a type, a key, an option): those are not migrated in place.
+pub fn added_columns(keyspace: &str, before: &str, table: &TableDef) -> Option<Vec<&'static Column>> {
+    let line = |c: &Column| format!("    {},\n", column_definition(c));
+    let added: Vec<&'static Column> =
+        table.columns.iter().filter(|c| matches!(c.kind, ColumnKind::Static | ColumnKind::Regular) && !before.contains(&line(c))).collect();
+    let mut without = create_table(keyspace, table);
+    for c in &added {
+        without = without.replacen(&line(c), "", 1);
+    }
+    (without == before).then_some(added)
+}
+
 pub fn create_table(keyspace: &str, table: &TableDef) -> String {
     let mut ddl = format!("CREATE TABLE IF NOT EXISTS {}.{} (\n", quote(keyspace), quote(table.name));
     for c in table.columns {
-        let statik = if c.kind == ColumnKind::Static { " static" } else { "" };
-        let _ = writeln!(ddl, "    {} {}{statik},", quote(c.name), c.ty.cql());
+        let _ = writeln!(ddl, "    {},", column_definition(c));
     }
     let partition: Vec<String> = table.partition_key().map(|c| quote(c.name)).collect();
     let clustering: Vec<String> = table.clustering().map(|(c, _)| quote(c.name)).collect();

@@ -88,6 +88,47 @@ pub static NOT_CREATED: TableDef = TableDef {
 };
 
 /// The tables a subject must have created.
+/// A table as one build declared it, and as the next one does: a static and
+/// a regular column added (the only change a migration makes in place).
+pub static EVOLVING_BEFORE: TableDef = TableDef {
+    name: "evolving",
+    columns: &[C::partition("p", Text), C::clustering("c", BigInt, Order::Asc), C::statik("s", Text), C::regular("v", Text)],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance: before an added column",
+};
+
+pub static EVOLVING_AFTER: TableDef = TableDef {
+    name: "evolving",
+    columns: &[
+        C::partition("p", Text),
+        C::clustering("c", BigInt, Order::Asc),
+        C::statik("s", Text),
+        C::statik("added_static", BigInt),
+        C::regular("v", Text),
+        C::regular("added", BigInt),
+    ],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance: before an added column",
+};
+
+/// The same table with a column's type changed: never migrated in place.
+pub static EVOLVING_RETYPED: TableDef = TableDef {
+    name: "evolving",
+    columns: &[
+        C::partition("p", Text),
+        C::clustering("c", BigInt, Order::Asc),
+        C::statik("s", Text),
+        C::statik("added_static", BigInt),
+        C::regular("v", BigInt),
+        C::regular("added", BigInt),
+    ],
+    default_ttl: None,
+    compaction: Compaction::SizeTiered,
+    comment: "conformance: before an added column",
+};
+
 pub static TABLES: [&TableDef; 5] = [&MIXED, &KV, &EXPIRING, &TIMELINE, &COUNTERS];
 
 pub type AdvanceFn = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -134,7 +175,8 @@ macro_rules! conformance_suite {
             scans_visit_every_partition_exactly_once,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
-            bad_requests_change_nothing
+            bad_requests_change_nothing,
+            added_columns_are_migrated_in_place
         );
     };
     (@cases $subject:path, $attr:tt; $($case:ident),*) => {
@@ -709,4 +751,30 @@ pub async fn bad_requests_change_nothing(s: &Subject) {
     assert!(matches!(read, Err(StoreError::Invalid(_))), "{read:?}");
     assert!(scan_all(&s.store, &KV, 100).await.is_empty(), "a rejected write left data behind");
     assert!(read_all(&s.store, ReadQuery::new(&MIXED, [text("bad")])).await.is_empty());
+}
+
+pub async fn added_columns_are_migrated_in_place(s: &Subject) {
+    s.store.ensure_tables(&[&EVOLVING_BEFORE]).await.expect("create");
+    s.store.write(Upsert::new(&EVOLVING_BEFORE, [text("p"), int(1)]).set("v", "kept").set("s", "static kept")).await.expect("write");
+    // The next build declares two more columns: they are added, nothing is lost.
+    s.store.ensure_tables(&[&EVOLVING_AFTER]).await.expect("add the columns");
+    s.store.ensure_tables(&[&EVOLVING_AFTER]).await.expect("again: nothing to do");
+    s.store
+        .write(Upsert::new(&EVOLVING_AFTER, [text("p"), int(2)]).set("v", "new").set("added", 7i64).set("added_static", 9i64))
+        .await
+        .expect("write");
+    let page = s.store.read(&ReadQuery::new(&EVOLVING_AFTER, [text("p")])).await.expect("read");
+    assert_eq!(page.rows.len(), 2);
+    assert_eq!(page.rows[0].text("v"), Some("kept"));
+    assert_eq!(page.rows[0].get("added"), None);
+    assert_eq!(page.rows[1].bigint("added"), Some(7));
+    let statics = page.statics.expect("statics");
+    assert_eq!((statics.text("s"), statics.bigint("added_static")), (Some("static kept"), Some(9)));
+    // Anything else than added columns is refused, and changes nothing.
+    match s.store.ensure_tables(&[&EVOLVING_RETYPED]).await {
+        Err(StoreError::SchemaMismatch(msg)) => assert!(msg.contains("evolving"), "{msg}"),
+        other => panic!("a changed column type was accepted: {other:?}"),
+    }
+    let page = s.store.read(&ReadQuery::new(&EVOLVING_AFTER, [text("p")])).await.expect("read after the refusal");
+    assert_eq!(page.rows[1].bigint("added"), Some(7));
 }

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use revstore_schema::cql::{Flavor, Replication, create_keyspace, create_table};
+use revstore_schema::cql::{Flavor, Replication, add_column, create_keyspace, create_table};
 use revstore_schema::{Column, ColumnKind, Order, TableDef};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -208,7 +208,19 @@ impl CassandraEngine {
     }
 
     /// Compares a table in the cluster with its declaration.
-    async fn check_table(&self, t: &TableDef) -> StoreResult<()> {
+    /// The declared static and regular columns the cluster's table lacks, if
+    /// every column it has is declared as it is (otherwise `check_table` says what differs).
+    async fn columns_to_add(&self, t: &TableDef) -> StoreResult<Vec<&'static Column>> {
+        let found = self.table_columns(t).await?;
+        let declared_as_found = found.iter().all(|(name, _)| t.columns.iter().any(|c| c.name == name));
+        if !declared_as_found {
+            return Ok(Vec::new());
+        }
+        Ok(t.columns.iter().filter(|c| matches!(c.kind, ColumnKind::Static | ColumnKind::Regular) && !found.contains_key(c.name)).collect())
+    }
+
+    /// The columns of the cluster's table: name → (kind, type, clustering order).
+    async fn table_columns(&self, t: &TableDef) -> StoreResult<HashMap<String, (String, String, String)>> {
         let result = self
             .session
             .query_unpaged(
@@ -218,11 +230,16 @@ impl CassandraEngine {
             .await
             .map_err(execution_error)?;
         let rows = result.into_rows_result().map_err(|e| StoreError::Internal(e.to_string()))?;
-        let mut found: HashMap<String, (String, String, String)> = HashMap::new();
+        let mut found = HashMap::new();
         for row in rows.rows::<(String, String, String, String)>().map_err(|e| StoreError::Internal(e.to_string()))? {
             let (name, kind, ty, order) = row.map_err(|e| StoreError::Internal(e.to_string()))?;
             found.insert(name, (kind, ty, order));
         }
+        Ok(found)
+    }
+
+    async fn check_table(&self, t: &TableDef) -> StoreResult<()> {
+        let found = self.table_columns(t).await?;
         let mismatch = |what: String| Err(StoreError::SchemaMismatch(format!("table {}.{}: {what}", self.keyspace, t.name)));
         if found.len() != t.columns.len() {
             return mismatch(format!("{} columns in the cluster, {} declared", found.len(), t.columns.len()));
@@ -284,6 +301,14 @@ impl Engine for CassandraEngine {
         self.session.query_unpaged(ddl, ()).await.map_err(execution_error)?;
         for t in tables {
             self.session.query_unpaged(create_table(&self.keyspace, t), ()).await.map_err(execution_error)?;
+            // A newer declaration that only adds columns is applied in place.
+            let missing = self.columns_to_add(t).await?;
+            for c in &missing {
+                self.session.query_unpaged(add_column(&self.keyspace, t, c), ()).await.map_err(execution_error)?;
+            }
+            if !missing.is_empty() {
+                self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
+            }
             self.check_table(t).await?;
         }
         self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;

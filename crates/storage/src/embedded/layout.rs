@@ -42,7 +42,7 @@
 use std::ops::Bound;
 
 use revstore_keys::{composite_key_bytes, murmur3_token};
-use revstore_schema::{Column, ColumnType, Order, TableDef};
+use revstore_schema::{Column, ColumnKind, ColumnType, Order, TableDef};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use uuid::Uuid;
 
@@ -149,6 +149,27 @@ pub(crate) fn partition_token(partition: &[Value]) -> i64 {
 /// read whole neighbouring blobs. Those tables pay for the separate index.
 pub(crate) fn rows_clustered(t: &TableDef) -> bool {
     !regular_cols(t).iter().any(|c| c.ty == ColumnType::Blob)
+}
+
+/// Whether a column a newer declaration added can be added to the existing
+/// tables: any static, and a regular column unless it is a blob on a table
+/// whose rows are clustered (a blob changes the rows table's layout).
+pub(crate) fn can_add_column(t: &TableDef, c: &Column) -> bool {
+    c.kind == ColumnKind::Static || (c.kind == ColumnKind::Regular && !(c.ty == ColumnType::Blob && rows_clustered_without(t, c)))
+}
+
+/// Whether the rows table was created clustered, i.e. before `added` it had no blob column.
+fn rows_clustered_without(t: &TableDef, added: &Column) -> bool {
+    !regular_cols(t).iter().any(|c| c.ty == ColumnType::Blob && c.name != added.name)
+}
+
+/// `ALTER TABLE … ADD COLUMN` for an added column and its timestamp and expiry cells.
+pub(crate) fn add_column_statements(t: &TableDef, c: &Column) -> Vec<String> {
+    let table = if c.kind == ColumnKind::Static { registry_table(t) } else { t.name.to_owned() };
+    [format!("{} {}", q(c.name), sql_type(c.ty)), format!("{} INTEGER", ts_col(c)), format!("{} INTEGER", exp_col(c))]
+        .into_iter()
+        .map(|column| format!("ALTER TABLE {} ADD COLUMN {column}", q(&table)))
+        .collect()
 }
 
 /// The `CREATE` statements for a table: its partition registry, rows table and indexes.

@@ -167,11 +167,23 @@ impl Writer {
                     self.conn.query_row("SELECT declaration FROM \"$tables\" WHERE name = ?1", [t.name], |r| r.get(0)).optional()?;
                 match known {
                     Some(known) if known == declaration => {}
-                    Some(_) => {
-                        return Err(StoreError::SchemaMismatch(format!(
-                            "table {} exists with another declaration; migrate it before running this version",
-                            t.name
-                        )));
+                    Some(known) => {
+                        // A newer declaration that only adds columns is applied
+                        // in place (in this transaction); anything else is refused.
+                        let added = revstore_schema::cql::added_columns("embedded", &known, t)
+                            .filter(|added| added.iter().all(|c| super::layout::can_add_column(t, c)))
+                            .ok_or_else(|| {
+                                StoreError::SchemaMismatch(format!(
+                                    "table {} exists with another declaration; migrate it before running this version",
+                                    t.name
+                                ))
+                            })?;
+                        for c in added {
+                            for statement in super::layout::add_column_statements(t, c) {
+                                self.conn.execute_batch(&statement)?;
+                            }
+                        }
+                        self.conn.execute("UPDATE \"$tables\" SET declaration = ?2 WHERE name = ?1", [t.name, declaration.as_str()])?;
                     }
                     None => {
                         for s in create_statements(t) {
