@@ -523,6 +523,20 @@ mod tests {
         assert_eq!(b.finish_against(None, &AtomicBool::new(true)).unwrap_err(), CodecError::Cancelled);
     }
 
+    /// A version-2 header (no base fields) and its compressed index, written by hand.
+    fn version_2_header(count: u32, index: &[u8]) -> Vec<u8> {
+        let index = zstd::bulk::compress(index, 3).unwrap();
+        let mut bytes = b"RVB\x02".to_vec();
+        bytes.extend_from_slice(&count.to_be_bytes());
+        bytes.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes);
+        crc.update(&index);
+        bytes.extend_from_slice(&crc.finalize().to_be_bytes());
+        bytes.extend_from_slice(&index);
+        bytes
+    }
+
     #[test]
     fn version_2_blocks_without_base_fields_still_read() {
         // The version-2 layout, written by hand: header, packed index, frame.
@@ -531,15 +545,7 @@ mod tests {
         index.extend_from_slice(&[3; 16]);
         put_varint(&mut index, content.len() as u64);
         index.extend_from_slice(&crc32fast::hash(&content).to_be_bytes());
-        let index = zstd::bulk::compress(&index, 3).unwrap();
-        let mut bytes = b"RVB\x02".to_vec();
-        bytes.extend_from_slice(&1u32.to_be_bytes());
-        bytes.extend_from_slice(&(index.len() as u32).to_be_bytes());
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&bytes);
-        crc.update(&index);
-        bytes.extend_from_slice(&crc.finalize().to_be_bytes());
-        bytes.extend_from_slice(&index);
+        let mut bytes = version_2_header(1, &index);
         bytes.extend_from_slice(&zstd::bulk::compress(&content, 3).unwrap());
         let reader = BlockReader::parse(&bytes, &BlockSettings::default()).unwrap();
         assert_eq!(reader.base(), None);
@@ -559,15 +565,7 @@ mod tests {
     #[test]
     fn a_huge_stated_entry_count_is_refused_without_allocating() {
         // A well-formed header and checksum claiming 4 billion entries over an empty index.
-        let index = zstd::bulk::compress(b"", 1).unwrap();
-        let mut bytes = b"RVB\x02".to_vec();
-        bytes.extend_from_slice(&u32::MAX.to_be_bytes());
-        bytes.extend_from_slice(&(index.len() as u32).to_be_bytes());
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&bytes);
-        crc.update(&index);
-        bytes.extend_from_slice(&crc.finalize().to_be_bytes());
-        bytes.extend_from_slice(&index);
+        let bytes = version_2_header(u32::MAX, b"");
         assert!(matches!(BlockReader::parse(&bytes, &BlockSettings::default()), Err(CodecError::Truncated { .. })));
     }
 

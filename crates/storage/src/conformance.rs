@@ -88,46 +88,24 @@ pub static NOT_CREATED: TableDef = TableDef {
 };
 
 /// The tables a subject must have created.
-/// A table as one build declared it, and as the next one does: a static and
-/// a regular column added (the only change a migration makes in place).
-pub static EVOLVING_BEFORE: TableDef = TableDef {
-    name: "evolving",
-    columns: &[C::partition("p", Text), C::clustering("c", BigInt, Order::Asc), C::statik("s", Text), C::regular("v", Text)],
-    default_ttl: None,
-    compaction: Compaction::SizeTiered,
-    comment: "conformance: before an added column",
-};
+// A table as one build declared it (`EVOLVING_BEFORE`) and as the next one
+// does (`EVOLVING_AFTER`: a static and a regular column added, the only
+// change migrated in place), and with a column's type changed (refused).
+const EVOLVING_P: C = C::partition("p", Text);
+const EVOLVING_C: C = C::clustering("c", BigInt, Order::Asc);
+const EVOLVING_S: C = C::statik("s", Text);
+const EVOLVING_V: C = C::regular("v", Text);
+const EVOLVING_ADDED_STATIC: C = C::statik("added_static", BigInt);
+const EVOLVING_ADDED: C = C::regular("added", BigInt);
 
-pub static EVOLVING_AFTER: TableDef = TableDef {
-    name: "evolving",
-    columns: &[
-        C::partition("p", Text),
-        C::clustering("c", BigInt, Order::Asc),
-        C::statik("s", Text),
-        C::statik("added_static", BigInt),
-        C::regular("v", Text),
-        C::regular("added", BigInt),
-    ],
-    default_ttl: None,
-    compaction: Compaction::SizeTiered,
-    comment: "conformance: before an added column",
-};
+const fn evolving(columns: &'static [C]) -> TableDef {
+    TableDef { name: "evolving", columns, default_ttl: None, compaction: Compaction::SizeTiered, comment: "conformance: added columns" }
+}
 
-/// The same table with a column's type changed: never migrated in place.
-pub static EVOLVING_RETYPED: TableDef = TableDef {
-    name: "evolving",
-    columns: &[
-        C::partition("p", Text),
-        C::clustering("c", BigInt, Order::Asc),
-        C::statik("s", Text),
-        C::statik("added_static", BigInt),
-        C::regular("v", BigInt),
-        C::regular("added", BigInt),
-    ],
-    default_ttl: None,
-    compaction: Compaction::SizeTiered,
-    comment: "conformance: before an added column",
-};
+pub static EVOLVING_BEFORE: TableDef = evolving(&[EVOLVING_P, EVOLVING_C, EVOLVING_S, EVOLVING_V]);
+pub static EVOLVING_AFTER: TableDef = evolving(&[EVOLVING_P, EVOLVING_C, EVOLVING_S, EVOLVING_ADDED_STATIC, EVOLVING_V, EVOLVING_ADDED]);
+pub static EVOLVING_RETYPED: TableDef =
+    evolving(&[EVOLVING_P, EVOLVING_C, EVOLVING_S, EVOLVING_ADDED_STATIC, C::regular("v", BigInt), EVOLVING_ADDED]);
 
 pub static TABLES: [&TableDef; 5] = [&MIXED, &KV, &EXPIRING, &TIMELINE, &COUNTERS];
 

@@ -23,7 +23,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{DOMAIN, Service, TOKEN, arg, dir_bytes, percentile};
+use common::{DOMAIN, Service, TOKEN, arg, dir_bytes, random_reads};
 use serde_json::json;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -66,38 +66,13 @@ async fn main() {
     println!("| block cache | p50 ms | p99 ms | max ms | reads/s |\n|---|---|---|---|---|");
     for (label, cache_mb) in [("256 MB (default)", "256"), ("1 MB (nearly every read decodes)", "1")] {
         let service = Arc::new(Service::start(dir.path(), &["--block-cache-mb", cache_mb]).await);
-        let started = Instant::now();
-        let mut clients = Vec::new();
-        for c in 0..4 {
-            let (service, html) = (service.clone(), html.clone());
-            clients.push(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(reads / 4);
-                for _ in 0..reads / 4 {
-                    let (t, i) = (rand::random_range(0..titles), rand::random_range(0..html.len()));
-                    let sent = Instant::now();
-                    let r =
-                        service.http.get(format!("{}/{DOMAIN}/v1/archive/html/Title_{t}/{}", service.base, 1 + i)).send().await.unwrap();
-                    assert_eq!(r.status(), 200);
-                    let body = r.bytes().await.unwrap();
-                    latencies.push(sent.elapsed());
-                    assert_eq!(body.len(), html[i].len(), "client {c}");
-                }
-                latencies
-            }));
-        }
-        let mut latencies = Vec::new();
-        for c in clients {
-            latencies.extend(c.await.unwrap());
-        }
-        let elapsed = started.elapsed();
-        latencies.sort();
-        println!(
-            "| {label} | {:.2} | {:.2} | {:.2} | {:.0} |",
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
-            latencies.last().unwrap().as_secs_f64() * 1e3,
-            latencies.len() as f64 / elapsed.as_secs_f64()
-        );
+        let html: Arc<Vec<Arc<[u8]>>> = Arc::new(html.iter().map(|h| Arc::from(h.as_bytes())).collect());
+        let reads = random_reads(&service, 4, reads, move || {
+            let (t, i) = (rand::random_range(0..titles), rand::random_range(0..html.len()));
+            (format!("/{DOMAIN}/v1/archive/html/Title_{t}/{}", 1 + i), html[i].clone())
+        })
+        .await;
+        println!("{}", reads.row(label, 2));
         Arc::into_inner(service).unwrap().stop();
     }
 

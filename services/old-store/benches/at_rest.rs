@@ -30,7 +30,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Service, arg, binary, dir_bytes, percentile};
+use common::{Service, arg, binary, dir_bytes, random_reads};
 use serde_json::json;
 
 /// A history to store: its title, the part its revisions are, and the revisions.
@@ -171,41 +171,16 @@ async fn main() {
     let mean = large.raw() as f64 / large.revisions.len() as f64 / 1e6;
     println!("revisions of {mean:.1} MB on average\n");
     println!("| block cache | p50 ms | p99 ms | max ms | reads/s |\n|---|---|---|---|---|");
-    let large = Arc::new(large);
     for (label, cache_mb) in [("256 MB (default)", "256"), ("1 MB (every read decodes its block and base)", "1")] {
         let service = Arc::new(Service::start(large_dir.path(), &["--block-cache-mb", cache_mb]).await);
-        let started = Instant::now();
-        let mut clients = Vec::new();
-        for _ in 0..2 {
-            let (service, large) = (service.clone(), large.clone());
-            clients.push(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(reads / 2);
-                for _ in 0..reads / 2 {
-                    let i = rand::random_range(0..large.revisions.len());
-                    let sent = Instant::now();
-                    let url = format!("{}/{}/v1/archive/html/{}/{}", service.base, common::DOMAIN, large.title, 1 + i);
-                    let r = service.http.get(url).send().await.unwrap();
-                    assert_eq!(r.status(), 200);
-                    let body = r.bytes().await.unwrap();
-                    latencies.push(sent.elapsed());
-                    assert!(body == large.revisions[i].as_bytes(), "revision {} reads back different", i + 1);
-                }
-                latencies
-            }));
-        }
-        let mut latencies = Vec::new();
-        for c in clients {
-            latencies.extend(c.await.unwrap());
-        }
-        let elapsed = started.elapsed();
-        latencies.sort();
-        println!(
-            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
-            latencies.last().unwrap().as_secs_f64() * 1e3,
-            latencies.len() as f64 / elapsed.as_secs_f64()
-        );
+        let revisions: Arc<Vec<Arc<[u8]>>> = Arc::new(large.revisions.iter().map(|r| Arc::from(r.as_bytes())).collect());
+        let title = large.title.clone();
+        let reads = random_reads(&service, 2, reads, move || {
+            let i = rand::random_range(0..revisions.len());
+            (format!("/{}/v1/archive/html/{title}/{}", common::DOMAIN, 1 + i), revisions[i].clone())
+        })
+        .await;
+        println!("{}", reads.row(label, 1));
         Arc::into_inner(service).unwrap().stop();
     }
 }

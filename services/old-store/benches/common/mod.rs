@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use revstore_keys::Tid;
@@ -137,4 +138,60 @@ pub fn dir_bytes(dir: &Path) -> u64 {
 /// The `p` quantile of sorted latencies, in milliseconds.
 pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
+
+/// What random reads measured: latencies sorted, and the wall time they took.
+pub struct Reads {
+    pub latencies: Vec<Duration>,
+    pub elapsed: Duration,
+}
+
+impl Reads {
+    /// `| label | p50 | p99 | max | reads/s |`, milliseconds with `decimals` places.
+    pub fn row(&self, label: &str, decimals: usize) -> String {
+        let l = &self.latencies;
+        format!(
+            "| {label} | {:.decimals$} | {:.decimals$} | {:.decimals$} | {:.0} |",
+            percentile(l, 0.5),
+            percentile(l, 0.99),
+            l.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+            l.len() as f64 / self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// `reads` GETs from `clients` clients in a closed loop, each of the path
+/// `pick` chooses, checked against the body it gives.
+pub async fn random_reads(
+    service: &Arc<Service>,
+    clients: usize,
+    reads: usize,
+    pick: impl Fn() -> (String, Arc<[u8]>) + Send + Sync + 'static,
+) -> Reads {
+    let pick = Arc::new(pick);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (service, pick) = (service.clone(), pick.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(reads / clients);
+            for _ in 0..reads / clients {
+                let (path, expected) = pick();
+                let sent = Instant::now();
+                let r = service.http.get(format!("{}{path}", service.base)).send().await.unwrap();
+                assert_eq!(r.status(), 200, "{path}");
+                let body = r.bytes().await.unwrap();
+                latencies.push(sent.elapsed());
+                assert!(body == *expected, "{path} reads back different");
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Reads { latencies, elapsed }
 }
