@@ -1,6 +1,6 @@
-//! `revstore-migrate`: creates every revstore table and records the schema
-//! version, on the embedded engine or on Cassandra/ScyllaDB. Running it again
-//! changes nothing. Exit codes: 0 done, 64 bad settings, 69 storage
+//! `revstore-migrate`: creates every revstore table and records each
+//! component's schema version, on the embedded engine or on
+//! Cassandra/ScyllaDB. Running it again changes nothing. Exit codes: 0 done, 64 bad settings, 69 storage
 //! unreachable, 65 the database holds another schema.
 
 use std::path::PathBuf;
@@ -74,12 +74,14 @@ async fn main() -> ExitCode {
     let engine = settings.engine_name();
     let result = async {
         let store = revstore_storage::open(settings).await?;
-        store.migrate(&revstore_schema::ALL_TABLES).await
+        store.migrate(&revstore_schema::COMPONENTS).await
     }
     .await;
     match result {
-        Ok(outcome) => {
-            eprintln!("revstore-migrate: {engine}: {outcome}");
+        Ok(outcomes) => {
+            for (component, outcome) in outcomes {
+                eprintln!("revstore-migrate: {engine}: {component}: {outcome}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

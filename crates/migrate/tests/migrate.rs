@@ -3,8 +3,8 @@
 
 use std::process::Command;
 
-use revstore_schema::SCHEMA_VERSION;
 use revstore_schema::tables::meta::SCHEMA_META;
+use revstore_schema::version::OLD_STORE;
 use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedOptions, StorageSettings, Upsert, Value};
 
 fn migrate(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
@@ -23,27 +23,41 @@ fn embedded_migration_is_safe_to_run_twice() {
     let data = dir.path().to_str().expect("utf-8 path");
     let (code, said) = migrate(&["--data-dir", data], &[]);
     assert_eq!(code, 0, "{said}");
-    assert!(said.contains(&format!("embedded: created schema version {SCHEMA_VERSION}")), "{said}");
+    for c in revstore_schema::COMPONENTS {
+        assert!(said.contains(&format!("embedded: {}: created schema version {}", c.name, c.version)), "{said}");
+    }
     let (code, said) = migrate(&[], &[("REVSTORE_DATA_DIR", data)]);
     assert_eq!(code, 0, "{said}");
-    assert!(said.contains(&format!("schema already at version {SCHEMA_VERSION}")), "{said}");
+    assert!(said.contains(&format!("old-store: schema already at version {}", OLD_STORE.version)), "{said}");
+}
+
+/// As a newer revstore would have recorded old-store's schema.
+fn record_old_store(dir: &std::path::Path, version: i64, compatible_from: i64) {
+    runtime().block_on(async {
+        let settings = StorageSettings::Embedded { data_dir: dir.to_owned(), options: EmbeddedOptions::default() };
+        let store = revstore_storage::open(settings).await.expect("open");
+        store.ensure_tables(&[&SCHEMA_META]).await.expect("table");
+        let row = Upsert::new(&SCHEMA_META, [Value::from("old-store")]).set("version", version).set("compatible_from", compatible_from);
+        store.write(row).await.expect("write");
+    });
 }
 
 #[test]
-fn a_newer_schema_is_refused() {
+fn a_newer_schema_is_left_alone_when_compatible_and_refused_when_not() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().to_str().expect("utf-8 path");
     assert_eq!(migrate(&["--data-dir", data], &[]).0, 0);
-    // A newer revstore migrated this database since.
-    runtime().block_on(async {
-        let settings = StorageSettings::Embedded { data_dir: dir.path().to_owned(), options: EmbeddedOptions::default() };
-        let store = revstore_storage::open(settings).await.expect("open");
-        store.ensure_tables(&[&SCHEMA_META]).await.expect("table");
-        store.write(Upsert::new(&SCHEMA_META, [Value::from("revstore")]).set("version", 99i64)).await.expect("write");
-    });
+    let ours = i64::from(OLD_STORE.version);
+    // A newer revstore added to old-store's tables, in a way this build can use.
+    record_old_store(dir.path(), ours + 1, ours);
+    let (code, said) = migrate(&["--data-dir", data], &[]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains(&format!("old-store: schema at version {}, newer than this build's and compatible", ours + 1)), "{said}");
+    // One this build cannot use.
+    record_old_store(dir.path(), ours + 2, ours + 2);
     let (code, said) = migrate(&["--data-dir", data], &[]);
     assert_eq!(code, 65, "{said}");
-    assert!(said.contains("newer than this build"), "{said}");
+    assert!(said.contains("run a newer revstore"), "{said}");
 }
 
 #[test]
@@ -70,10 +84,10 @@ fn cassandra_migration_is_safe_to_run_twice() {
     let args = ["--cassandra", node.as_str(), "--keyspace", keyspace.as_str()];
     let (code, said) = migrate(&args, &[]);
     assert_eq!(code, 0, "{said}");
-    assert!(said.contains(&format!("cassandra: created schema version {SCHEMA_VERSION}")), "{said}");
+    assert!(said.contains(&format!("cassandra: old-store: created schema version {}", OLD_STORE.version)), "{said}");
     let (code, said) = migrate(&args, &[]);
     assert_eq!(code, 0, "{said}");
-    assert!(said.contains(&format!("schema already at version {SCHEMA_VERSION}")), "{said}");
+    assert!(said.contains(&format!("old-store: schema already at version {}", OLD_STORE.version)), "{said}");
     runtime().block_on(async {
         let engine = CassandraEngine::connect(CassandraOptions::new([node.clone()], keyspace.clone())).await.expect("connect");
         engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");

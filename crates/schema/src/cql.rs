@@ -90,7 +90,17 @@ pub fn added_columns(keyspace: &str, before: &str, table: &TableDef) -> Option<V
     for c in &added {
         without = without.replacen(&line(c), "", 1);
     }
-    (without == before).then_some(added)
+    (structure(&without) == structure(before)).then_some(added)
+}
+
+/// What of a [`create_table`] defines the data: columns, key, clustering
+/// order and default TTL — not the compaction strategy or the comment, which
+/// may change without touching what is stored.
+pub fn structure(ddl: &str) -> String {
+    let (head, options) = ddl.split_once("\n) WITH ").unwrap_or((ddl, ""));
+    let kept: Vec<&str> =
+        options.split("\n    AND ").filter(|o| o.starts_with("CLUSTERING ORDER") || o.starts_with("default_time_to_live")).collect();
+    format!("{head}\n) WITH {}", kept.join(" AND "))
 }
 
 pub fn create_table(keyspace: &str, table: &TableDef) -> String {
@@ -131,6 +141,18 @@ pub fn create_table(keyspace: &str, table: &TableDef) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structure_ignores_the_comment_and_compaction_but_not_ttl_or_order() {
+        use crate::tables::current_store::OUTBOX;
+        let ddl = create_table("ks", &OUTBOX);
+        let edited = ddl.replace(OUTBOX.comment, "another comment").replace("LeveledCompactionStrategy", "SizeTieredCompactionStrategy");
+        assert_ne!(ddl, edited);
+        assert_eq!(structure(&ddl), structure(&edited));
+        let ttl = OUTBOX.default_ttl.expect("the outbox expires");
+        assert_ne!(structure(&ddl), structure(&ddl.replace(&format!("default_time_to_live = {ttl}"), "default_time_to_live = 1")));
+        assert_ne!(structure(&ddl), structure(&ddl.replace("ASC", "DESC")));
+    }
     use crate::tables::{current_store, old_store};
 
     #[test]

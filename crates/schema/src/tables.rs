@@ -1,5 +1,5 @@
-//! The tables of each service. A change here changes the schema fingerprint; the
-//! test in [`crate::version`] then asks for a new [`crate::SCHEMA_VERSION`].
+//! The tables of each service. A change here changes its component's
+//! fingerprint; the test in [`crate::version`] then asks for a new version.
 
 use crate::model::ColumnType::{BigInt, Blob, Text, TimeUuid, Timestamp};
 use crate::model::{Column as C, Compaction, Order, TableDef};
@@ -18,6 +18,7 @@ pub mod meta {
             C::regular("version", BigInt),
             C::regular("fingerprint", Text),
             C::regular("applied_at", Timestamp),
+            C::regular("compatible_from", BigInt),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,

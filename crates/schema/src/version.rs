@@ -1,40 +1,109 @@
-//! The schema version every service records and checks.
+//! Schema versions, one per component (each service's tables, and later the
+//! janitor's), so that a change to one service's tables does not make the
+//! others unready.
 //!
-//! [`SCHEMA_VERSION`] is what operators see; the [`fingerprint`] is derived from
-//! the declarations, so a table change that forgets to bump the version fails the
-//! test below instead of reaching a cluster unannounced.
+//! A [`Component`] names its tables, its `version`, and `compatible_from`: the
+//! oldest version of the component's code that still works on tables at
+//! `version`. An additive change (a new table or column) bumps `version` and
+//! keeps `compatible_from`, so replicas of the previous build stay ready while
+//! a rolling upgrade replaces them; a change the previous code cannot live
+//! with raises `compatible_from` to `version`. Each component's fingerprint is
+//! derived from its declarations, so a table change that forgets to bump the
+//! version fails the test below instead of reaching a cluster unannounced.
 
 use sha2::{Digest, Sha256};
 
 use crate::cql::create_table;
-use crate::tables::ALL_TABLES;
+use crate::model::TableDef;
+use crate::tables::{current_store, dependency_graph, janitor, old_store};
 
-/// Bump when a declaration changes, together with [`EXPECTED_FINGERPRINT`].
-pub const SCHEMA_VERSION: u32 = 5;
+/// A set of tables versioned together.
+#[derive(Debug)]
+pub struct Component {
+    /// The name its version is recorded under in `schema_meta` (a service's name).
+    pub name: &'static str,
+    pub version: u32,
+    /// The oldest version of this component's code that works on its tables at `version`.
+    pub compatible_from: u32,
+    pub tables: &'static [&'static TableDef],
+}
 
-/// The fingerprint of the declarations at [`SCHEMA_VERSION`].
-pub const EXPECTED_FINGERPRINT: &str = "428bc49c215b7e56";
+impl Component {
+    /// A short digest of the component's DDL.
+    pub fn fingerprint(&self) -> String {
+        fingerprint_of(self.tables)
+    }
+}
 
-/// A short digest of every table's DDL.
-pub fn fingerprint() -> String {
+fn fingerprint_of(tables: &[&TableDef]) -> String {
     let mut hash = Sha256::new();
-    for table in ALL_TABLES {
+    for table in tables {
         hash.update(create_table("ks", table).as_bytes());
         hash.update(b"\n");
     }
     hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+// Every component starts at 5, the version the single schema-wide number had
+// reached, so that no recorded number ever goes down.
+pub static CURRENT_STORE: Component = Component { name: "current-store", version: 5, compatible_from: 5, tables: &current_store::TABLES };
+pub static OLD_STORE: Component = Component { name: "old-store", version: 5, compatible_from: 5, tables: &old_store::TABLES };
+pub static DEPENDENCY_GRAPH: Component =
+    Component { name: "dependency-graph", version: 5, compatible_from: 5, tables: &dependency_graph::TABLES };
+pub static JANITOR: Component = Component { name: "janitor", version: 5, compatible_from: 5, tables: &janitor::TABLES };
+
+/// Every component, in a stable order.
+pub static COMPONENTS: [&Component; 4] = [&CURRENT_STORE, &OLD_STORE, &DEPENDENCY_GRAPH, &JANITOR];
+
+/// The component of this name.
+pub fn component(name: &str) -> Option<&'static Component> {
+    COMPONENTS.iter().copied().find(|c| c.name == name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tables::meta;
+
+    /// The fingerprints the declarations had when each version was set: a change
+    /// to a component's tables must come with a new version and a new line here.
+    const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
+        ("current-store", 5, "01cc0321de1f128b"),
+        ("old-store", 5, "8029fb4a412ad7da"),
+        ("dependency-graph", 5, "44019e4a35ef215c"),
+        ("janitor", 5, "603cc2d21ea11279"),
+    ];
+
+    /// `schema_meta`'s own declaration, which every migration applies first.
+    const EXPECTED_META_FINGERPRINT: &str = "2574f95c24b28d5e";
 
     #[test]
-    fn declarations_match_the_schema_version() {
+    fn declarations_match_their_component_versions() {
+        for (c, (name, version, expected)) in COMPONENTS.iter().zip(EXPECTED_FINGERPRINTS) {
+            assert_eq!((c.name, c.version), (name, version), "EXPECTED_FINGERPRINTS follows COMPONENTS");
+            assert_eq!(
+                c.fingerprint(),
+                expected,
+                "the tables of {name} changed: bump its version (and compatible_from if the previous code cannot use them) and set its expected fingerprint"
+            );
+            assert!(c.compatible_from <= c.version);
+        }
         assert_eq!(
-            fingerprint(),
-            EXPECTED_FINGERPRINT,
-            "the table declarations changed: bump SCHEMA_VERSION and set EXPECTED_FINGERPRINT to the new fingerprint"
+            fingerprint_of(&[&meta::SCHEMA_META]),
+            EXPECTED_META_FINGERPRINT,
+            "schema_meta changed: only additive changes are possible"
         );
+    }
+
+    #[test]
+    fn every_table_belongs_to_one_component() {
+        let mut seen = std::collections::HashSet::new();
+        for c in COMPONENTS {
+            assert!(component(c.name).is_some());
+            for t in c.tables {
+                assert!(seen.insert(t.name), "table {} is in two components", t.name);
+            }
+        }
+        assert_eq!(seen.len() + 1, crate::ALL_TABLES.len(), "ALL_TABLES is schema_meta and every component's tables");
     }
 }

@@ -3,6 +3,7 @@
 use std::pin::Pin;
 use std::process::ExitCode;
 
+use revstore_schema::Component;
 use revstore_storage::Store;
 use tokio::net::TcpListener;
 
@@ -19,13 +20,16 @@ pub trait ServiceArgs: clap::Parser + Send + 'static {
     fn common(&self) -> &CommonArgs;
 }
 
-/// Opens the storage the settings name, and creates the schema there when
-/// the settings say so (the embedded engine's default).
-pub async fn open_store(settings: &ServiceSettings) -> Result<Store, BoxError> {
+/// Opens the storage the settings name, and creates the service's tables
+/// (its schema component) there when the settings say so (the embedded
+/// engine's default).
+pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) -> Result<Store, BoxError> {
     let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
     if settings.migrate_on_start {
-        let outcome = store.migrate(&revstore_schema::ALL_TABLES).await.map_err(|e| format!("schema migration: {e}"))?;
-        tracing::info!(%outcome, "schema");
+        let outcomes = store.migrate(&[schema]).await.map_err(|e| format!("schema migration: {e}"))?;
+        for (component, outcome) in outcomes {
+            tracing::info!(component, %outcome, "schema");
+        }
     }
     Ok(store)
 }

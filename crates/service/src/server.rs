@@ -19,6 +19,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderValue, StatusCode, header};
+use revstore_schema::Component;
 use revstore_storage::{EngineKind, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -42,6 +43,8 @@ pub struct Platform {
 
 struct PlatformInner {
     service: &'static str,
+    /// The service's tables: what readiness checks the recorded version of.
+    schema: &'static Component,
     store: Store,
     settings: ServiceSettings,
     openapi: utoipa::openapi::OpenApi,
@@ -57,7 +60,9 @@ impl std::fmt::Debug for PlatformInner {
 }
 
 impl Platform {
-    pub fn new(service: &'static str, store: Store, settings: ServiceSettings, openapi: utoipa::openapi::OpenApi) -> Self {
+    /// The platform of the service whose tables are `schema` (the service is
+    /// named after its schema component).
+    pub fn new(schema: &'static Component, store: Store, settings: ServiceSettings, openapi: utoipa::openapi::OpenApi) -> Self {
         // The recorder must exist before the first measurement, or it is lost.
         revstore_telemetry::prometheus();
         let store = match &settings.page_token_key {
@@ -67,7 +72,8 @@ impl Platform {
         let purge_interval = settings.purge_interval;
         let platform = Platform {
             inner: Arc::new(PlatformInner {
-                service,
+                service: schema.name,
+                schema,
                 store,
                 settings,
                 openapi: crate::openapi::complete(openapi),
@@ -190,7 +196,8 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "alive" }))
 }
 
-/// Ready when not shutting down, the storage answers, and its schema is this build's.
+/// Ready when not shutting down, the storage answers, and the service's schema
+/// component is at this build's version or a newer one compatible with it.
 async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Value>, ApiError> {
     if !platform.is_ready() {
         return Err(ApiError::unavailable("shutting down"));
@@ -198,7 +205,7 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
     let store = platform.store();
     let check = async {
         store.ping().await?;
-        store.check_schema().await
+        store.check_schema(platform.inner.schema).await
     };
     let version = match tokio::time::timeout(Duration::from_secs(5), check).await {
         Ok(Ok(version)) => version,

@@ -19,7 +19,8 @@ use http::{HeaderMap, Method, StatusCode};
 use revstore_client::{ClientOptions, HttpClient, undocumented_routes};
 use revstore_keys::Domain;
 use revstore_schema::model::ColumnType::Text;
-use revstore_schema::{Column as C, Compaction, TableDef};
+use revstore_schema::tables::meta::SCHEMA_META;
+use revstore_schema::{Column as C, Compaction, Component, TableDef};
 use revstore_service::{Access, ApiError, CommonArgs, Platform, WriteAccess, serve};
 use revstore_storage::{
     Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScannedPartition, Store, StoreError, StoreResult, Upsert, Value, Write,
@@ -35,6 +36,9 @@ static ITEMS: TableDef = TableDef {
     compaction: Compaction::SizeTiered,
     comment: "platform test service",
 };
+
+/// The test service's schema component: its one table, at version 1.
+static ITEMS_SCHEMA: Component = Component { name: "items", version: 1, compatible_from: 1, tables: &[&ITEMS] };
 
 const WRITE_TOKEN: &str = "write-token-0123456789";
 const ROTATED_TOKEN: &str = "rotated-token-0123456789";
@@ -178,6 +182,7 @@ impl Engine for Switchable {
 struct Running {
     addr: SocketAddr,
     engine: Arc<Switchable>,
+    store: Store,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -227,15 +232,15 @@ async fn start(extra_args: &[&str], migrate: bool, downstream: Option<String>) -
     let engine = Arc::new(Switchable { inner: store.engine().clone(), down: AtomicBool::new(false) });
     let store = Store::new(engine.clone());
     if migrate {
-        store.migrate(&[&ITEMS]).await.expect("migrate");
+        store.migrate(&[&ITEMS_SCHEMA]).await.expect("migrate");
     } else {
         store.ensure_tables(&[&ITEMS]).await.expect("tables");
     }
     let downstream = downstream.map(|url| HttpClient::new(&url, ClientOptions::default()).expect("client"));
     let platform_for_state = |platform: Platform| AppState { platform, downstream };
     let (_, openapi) =
-        app(AppState { platform: Platform::new("items", store.clone(), settings.clone(), Default::default()), downstream: None });
-    let platform = Platform::new("items", store, settings, openapi);
+        app(AppState { platform: Platform::new(&ITEMS_SCHEMA, store.clone(), settings.clone(), Default::default()), downstream: None });
+    let platform = Platform::new(&ITEMS_SCHEMA, store.clone(), settings, openapi);
     let (routes, _) = app(platform_for_state(platform.clone()));
     let router = platform.router(routes);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -244,7 +249,7 @@ async fn start(extra_args: &[&str], migrate: bool, downstream: Option<String>) -
     tokio::spawn(serve(platform, router, listener, async move {
         let _ = stopped.await;
     }));
-    Running { addr, engine, stop: Some(stop), _dir: dir }
+    Running { addr, engine, store, stop: Some(stop), _dir: dir }
 }
 
 async fn problem(response: reqwest::Response) -> (StatusCode, serde_json::Value, HeaderMap) {
@@ -341,10 +346,21 @@ async fn readiness_follows_the_storage_and_its_schema() {
     let ready = http.get(s.url("/readyz")).send().await.expect("send");
     assert_eq!(ready.status(), 200);
     let body: serde_json::Value = ready.json().await.expect("json");
-    assert_eq!(
-        (body["engine"].as_str(), body["schema_version"].as_u64()),
-        (Some("embedded"), Some(u64::from(revstore_schema::SCHEMA_VERSION)))
-    );
+    assert_eq!((body["engine"].as_str(), body["schema_version"].as_u64()), (Some("embedded"), Some(u64::from(ITEMS_SCHEMA.version))));
+    // A newer build added to the tables during a rolling upgrade, compatibly: still ready.
+    let newer = |version: i64, compatible_from: i64| {
+        Upsert::new(&SCHEMA_META, [Value::from("items")]).set("version", version).set("compatible_from", compatible_from)
+    };
+    s.store.write(newer(2, 1)).await.expect("record");
+    let ready = http.get(s.url("/readyz")).send().await.expect("send");
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<serde_json::Value>().await.expect("json")["schema_version"], 2);
+    // A change this build cannot work with: not ready, saying why.
+    s.store.write(newer(2, 2)).await.expect("record");
+    let (status, body, _) = problem(http.get(s.url("/readyz")).send().await.expect("send")).await;
+    assert_eq!(status, 503);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("needs version 2 or newer"), "{body}");
+    s.store.write(newer(1, 1)).await.expect("record");
     s.engine.down.store(true, Ordering::SeqCst);
     let (status, body, _) = problem(http.get(s.url("/readyz")).send().await.expect("send")).await;
     assert_eq!(status, 503);
@@ -477,8 +493,8 @@ async fn child_process_serving() {
     ];
     let settings = TestArgs::parse_from(args).common.resolve(0).expect("settings");
     let store = revstore_storage::open(settings.storage.clone()).await.expect("open");
-    store.migrate(&[&ITEMS]).await.expect("migrate");
-    let platform = Platform::new("items", store, settings, Default::default());
+    store.migrate(&[&ITEMS_SCHEMA]).await.expect("migrate");
+    let platform = Platform::new(&ITEMS_SCHEMA, store, settings, Default::default());
     let worker_stopped = Arc::new(AtomicBool::new(false));
     let flag = worker_stopped.clone();
     platform.spawn_worker("ticker", move |stop| async move {

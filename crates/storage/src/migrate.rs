@@ -1,8 +1,9 @@
-//! Creating and checking the schema: what `revstore-migrate` runs and what a
-//! service checks before it reports ready.
+//! Creating and checking the schema, one component (a service's tables) at a
+//! time: what `revstore-migrate` runs and what a service checks before it
+//! reports ready.
 
+use revstore_schema::Component;
 use revstore_schema::tables::meta::SCHEMA_META;
-use revstore_schema::{SCHEMA_VERSION, TableDef, fingerprint};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
@@ -10,18 +11,17 @@ use crate::ops::Upsert;
 use crate::store::Store;
 use crate::value::Value;
 
-/// The `schema_meta` row revstore's own tables are recorded under.
-pub const SCHEMA_COMPONENT: &str = "revstore";
-
-/// What a migration did.
+/// What a migration did to one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MigrationOutcome {
-    /// No schema was recorded: the tables were created.
+    /// No version was recorded: the tables were created.
     Created { version: u32 },
-    /// An older version was recorded: new tables were created.
+    /// An older version was recorded: what it lacked was added.
     Upgraded { from: u32, to: u32 },
     /// Already at this version: nothing to do.
     UpToDate { version: u32 },
+    /// A newer version this build can work with was recorded: left as it is.
+    NewerCompatible { version: u32 },
 }
 
 impl std::fmt::Display for MigrationOutcome {
@@ -30,62 +30,114 @@ impl std::fmt::Display for MigrationOutcome {
             MigrationOutcome::Created { version } => write!(f, "created schema version {version}"),
             MigrationOutcome::Upgraded { from, to } => write!(f, "upgraded schema from version {from} to {to}"),
             MigrationOutcome::UpToDate { version } => write!(f, "schema already at version {version}"),
+            MigrationOutcome::NewerCompatible { version } => {
+                write!(f, "schema at version {version}, newer than this build's and compatible with it: left as it is")
+            }
         }
     }
 }
 
+/// A component's recorded schema.
+struct Recorded {
+    version: u32,
+    compatible_from: u32,
+    fingerprint: String,
+}
+
 impl Store {
-    /// Creates what is missing of `tables` and records this build's schema
-    /// version. Safe to run any number of times; refuses a database whose
-    /// recorded schema is newer than this build's.
-    pub async fn migrate(&self, tables: &[&'static TableDef]) -> StoreResult<MigrationOutcome> {
+    /// Creates what is missing of each component's tables (new tables, and
+    /// columns a newer declaration adds) and records its version. Safe to run
+    /// any number of times; leaves a newer compatible schema as it is, and
+    /// refuses a newer incompatible one or a version whose tables differ.
+    pub async fn migrate(&self, components: &[&'static Component]) -> StoreResult<Vec<(&'static str, MigrationOutcome)>> {
         self.ensure_tables(&[&SCHEMA_META]).await?;
-        let recorded = self.recorded_schema().await?;
-        if let Some((version, recorded_fingerprint)) = &recorded {
-            if *version > SCHEMA_VERSION {
-                return Err(StoreError::SchemaMismatch(format!(
-                    "the database is at schema version {version}, newer than this build's {SCHEMA_VERSION}: run a newer revstore"
-                )));
+        let mut outcomes = Vec::with_capacity(components.len());
+        for c in components {
+            outcomes.push((c.name, self.migrate_component(c).await?));
+        }
+        Ok(outcomes)
+    }
+
+    async fn migrate_component(&self, c: &'static Component) -> StoreResult<MigrationOutcome> {
+        let recorded = self.recorded_schema(c.name).await?;
+        if let Some(r) = &recorded {
+            if r.version > c.version {
+                return if r.compatible_from <= c.version {
+                    Ok(MigrationOutcome::NewerCompatible { version: r.version })
+                } else {
+                    Err(StoreError::SchemaMismatch(format!(
+                        "{} is at schema version {}, which needs version {} or newer of its code; this build is {}: run a newer revstore",
+                        c.name, r.version, r.compatible_from, c.version
+                    )))
+                };
             }
-            if *version == SCHEMA_VERSION && *recorded_fingerprint != fingerprint() {
+            if r.version == c.version && r.fingerprint != c.fingerprint() {
                 return Err(StoreError::SchemaMismatch(format!(
-                    "schema version {version} was recorded with fingerprint {recorded_fingerprint}, this build has {}",
-                    fingerprint()
+                    "{} schema version {} was recorded with fingerprint {}, this build has {}",
+                    c.name,
+                    r.version,
+                    r.fingerprint,
+                    c.fingerprint()
                 )));
             }
         }
-        self.ensure_tables(tables).await?;
+        self.ensure_tables(c.tables).await?;
         let outcome = match recorded {
-            None => MigrationOutcome::Created { version: SCHEMA_VERSION },
-            Some((version, _)) if version == SCHEMA_VERSION => return Ok(MigrationOutcome::UpToDate { version }),
-            Some((from, _)) => MigrationOutcome::Upgraded { from, to: SCHEMA_VERSION },
+            None => MigrationOutcome::Created { version: c.version },
+            Some(r) if r.version == c.version => return Ok(MigrationOutcome::UpToDate { version: r.version }),
+            Some(r) => MigrationOutcome::Upgraded { from: r.version, to: c.version },
         };
         self.write(
-            Upsert::new(&SCHEMA_META, [Value::from(SCHEMA_COMPONENT)])
-                .set("version", SCHEMA_VERSION as i64)
-                .set("fingerprint", fingerprint())
+            Upsert::new(&SCHEMA_META, [Value::from(c.name)])
+                .set("version", i64::from(c.version))
+                .set("compatible_from", i64::from(c.compatible_from))
+                .set("fingerprint", c.fingerprint())
                 .set("applied_at", Value::Timestamp(SystemClock.now_micros() / 1000)),
         )
         .await?;
         Ok(outcome)
     }
 
-    /// Succeeds when the database holds exactly this build's schema.
-    pub async fn check_schema(&self) -> StoreResult<u32> {
-        match self.recorded_schema().await {
-            Ok(Some((version, recorded))) if version == SCHEMA_VERSION && recorded == fingerprint() => Ok(version),
-            Ok(Some((version, _))) => Err(StoreError::SchemaMismatch(format!(
-                "the database is at schema version {version}, this build needs {SCHEMA_VERSION}: run revstore-migrate"
-            ))),
+    /// The component's recorded version, when this build can serve on it:
+    /// its own version with the same tables, or a newer one whose
+    /// `compatible_from` admits this build (an additive change made by a newer
+    /// build during a rolling upgrade).
+    pub async fn check_schema(&self, c: &Component) -> StoreResult<u32> {
+        let recorded = match self.recorded_schema(c.name).await {
+            Ok(Some(r)) => r,
             Ok(None) | Err(StoreError::SchemaMismatch(_)) => {
-                Err(StoreError::SchemaMismatch("no schema recorded: run revstore-migrate".into()))
+                return Err(StoreError::SchemaMismatch(format!("no schema recorded for {}: run revstore-migrate", c.name)));
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
+        };
+        if recorded.version == c.version && recorded.fingerprint == c.fingerprint() {
+            return Ok(recorded.version);
         }
+        if recorded.version > c.version && recorded.compatible_from <= c.version {
+            return Ok(recorded.version);
+        }
+        Err(StoreError::SchemaMismatch(if recorded.version < c.version {
+            format!("{} is at schema version {}, this build needs {}: run revstore-migrate", c.name, recorded.version, c.version)
+        } else if recorded.version > c.version {
+            format!(
+                "{} is at schema version {}, which needs version {} or newer of its code; this build is {}",
+                c.name, recorded.version, recorded.compatible_from, c.version
+            )
+        } else {
+            format!("{} schema version {} was recorded with other tables than this build's", c.name, c.version)
+        }))
     }
 
-    async fn recorded_schema(&self) -> StoreResult<Option<(u32, String)>> {
-        let row = self.get(&SCHEMA_META, vec![Value::from(SCHEMA_COMPONENT)], None).await?;
-        Ok(row.and_then(|r| Some((u32::try_from(r.bigint("version")?).ok()?, r.text("fingerprint")?.to_owned()))))
+    async fn recorded_schema(&self, component: &str) -> StoreResult<Option<Recorded>> {
+        let row = self.get(&SCHEMA_META, vec![Value::from(component)], None).await?;
+        Ok(row.and_then(|r| {
+            let version = u32::try_from(r.bigint("version")?).ok()?;
+            Some(Recorded {
+                version,
+                // Recorded before the column existed: only its own version's code.
+                compatible_from: r.bigint("compatible_from").and_then(|v| u32::try_from(v).ok()).unwrap_or(version),
+                fingerprint: r.text("fingerprint")?.to_owned(),
+            })
+        }))
     }
 }

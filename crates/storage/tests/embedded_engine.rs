@@ -26,6 +26,15 @@ static BLOBS_CHANGED: TableDef = TableDef {
     comment: "",
 };
 
+/// The same table with only its comment and compaction strategy edited.
+static BLOBS_RECOMMENTED: TableDef = TableDef {
+    name: "blobs",
+    columns: &[C::partition("k", Text), C::clustering("c", BigInt, Order::Asc), C::regular("v", Blob)],
+    default_ttl: None,
+    compaction: Compaction::Leveled,
+    comment: "a comment edited since",
+};
+
 fn open(dir: &std::path::Path, clock: &ManualClock) -> Store {
     let options = EmbeddedOptions { clock: Arc::new(clock.clone()), gc_grace: Duration::from_secs(3600), ..EmbeddedOptions::default() };
     Store::new(Arc::new(EmbeddedEngine::open(dir, options).expect("open")))
@@ -148,6 +157,41 @@ async fn a_changed_declaration_is_refused() {
         Err(StoreError::SchemaMismatch(msg)) => assert!(msg.contains("blobs"), "{msg}"),
         other => panic!("expected a schema mismatch, got {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_comment_or_compaction_strategy_keeps_the_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    {
+        let store = open(dir.path(), &clock);
+        store.ensure_tables(&[&BLOBS]).await.expect("tables");
+        store.write(Upsert::new(&BLOBS, [Value::from("k"), Value::from(1i64)]).set("v", vec![1u8])).await.expect("write");
+    }
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&BLOBS_RECOMMENTED]).await.expect("the same data, another comment");
+    let row = store.get(&BLOBS_RECOMMENTED, vec![Value::from("k"), Value::from(1i64)], None).await.expect("get").expect("row");
+    assert_eq!(row.blob("v"), Some(&[1u8][..]));
+    // The edit was recorded: the first declaration now differs only by its comment, and is accepted too.
+    store.ensure_tables(&[&BLOBS]).await.expect("back to the first comment");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_reopened_by_a_build_with_added_columns_keeps_its_data() {
+    use revstore_storage::conformance::{EVOLVING_AFTER, EVOLVING_BEFORE};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    {
+        let store = open(dir.path(), &clock);
+        store.ensure_tables(&[&EVOLVING_BEFORE]).await.expect("tables");
+        store.write(Upsert::new(&EVOLVING_BEFORE, [Value::from("p"), Value::from(1i64)]).set("v", "before")).await.expect("write");
+    }
+    // The next build opens the same directory with two more columns declared.
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&EVOLVING_AFTER]).await.expect("columns added in place");
+    store.write(Upsert::new(&EVOLVING_AFTER, [Value::from("p"), Value::from(1i64)]).set("added", 5i64)).await.expect("write");
+    let row = store.get(&EVOLVING_AFTER, vec![Value::from("p"), Value::from(1i64)], None).await.expect("get").expect("row");
+    assert_eq!((row.text("v"), row.bigint("added")), (Some("before"), Some(5)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

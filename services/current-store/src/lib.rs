@@ -92,7 +92,7 @@ pub async fn run(
     };
     let old_store = client(&args.old_store_url, "--old-store-url")?;
     let graph = client(&args.graph_url, "--graph-url")?;
-    let store = revstore_service::open_store(&settings).await?;
+    let store = revstore_service::open_store(&settings, &revstore_schema::version::CURRENT_STORE).await?;
     let pages = pages::Pages {
         store: store.clone(),
         grace: Duration::from_secs(args.grace_ttl.max(1)),
@@ -100,7 +100,7 @@ pub async fn run(
         notify_graph: args.notify_graph,
     };
     let titles = settings.titles;
-    let platform = Platform::new(SERVICE, store.clone(), settings, routes::ApiDoc::openapi());
+    let platform = Platform::new(&revstore_schema::version::CURRENT_STORE, store.clone(), settings, routes::ApiDoc::openapi());
     if old_store.is_some() || graph.is_some() {
         let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
         platform.spawn_worker("outbox", move |stop| outbox::deliver(store, receivers, stop));

@@ -18,7 +18,6 @@ use rand::seq::SliceRandom;
 use revstore_current_store::pages::{Pages, Preconditions};
 use revstore_current_store::render::{RenderBody, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
-use revstore_schema::ALL_TABLES;
 use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
 
 const REVISIONS: u64 = 6;
@@ -118,7 +117,7 @@ fn pages_over(store: Store) -> Pages {
 async fn precedence_holds_in_any_order_embedded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open")));
-    store.migrate(&ALL_TABLES).await.expect("migrate");
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = pages_over(store);
     for trial in 0..12 {
         replay(&pages, &Title::parse(&format!("Trial {trial}"), TitleRules::default()).expect("title")).await;
@@ -132,7 +131,7 @@ async fn precedence_holds_in_any_order_cassandra() {
     let keyspace = format!("current_{}", std::process::id());
     let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
     let store = Store::new(engine.clone());
-    store.migrate(&ALL_TABLES).await.expect("migrate");
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = pages_over(store);
     for trial in 0..6 {
         replay(&pages, &Title::parse(&format!("Trial {trial}"), TitleRules::default()).expect("title")).await;
@@ -146,7 +145,7 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
     let clock = ManualClock::starting_now();
     let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
     let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
-    store.migrate(&ALL_TABLES).await.expect("migrate");
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = Pages { store: store.clone(), grace: Duration::from_secs(3600), hand_off: false, notify_graph: false };
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
@@ -196,7 +195,7 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     let keyspace = format!("grace_{}", std::process::id());
     let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
     let store = Store::new(engine.clone());
-    store.migrate(&ALL_TABLES).await.expect("migrate");
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = Pages { store, grace: Duration::from_secs(4), hand_off: false, notify_graph: false };
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));

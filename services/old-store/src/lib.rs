@@ -106,10 +106,10 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BoxError> {
-    let store = revstore_service::open_store(&settings).await?;
+    let store = revstore_service::open_store(&settings, &revstore_schema::version::OLD_STORE).await?;
     let archive = Archive::new(store.clone(), args.archive_settings());
     let titles = settings.titles;
-    let platform = Platform::new(SERVICE, store, settings, routes::ApiDoc::openapi());
+    let platform = Platform::new(&revstore_schema::version::OLD_STORE, store, settings, routes::ApiDoc::openapi());
     {
         let archive = archive.clone();
         platform.spawn_worker("compactor", move |stop| archive.compactor().clone().run(archive, stop));

@@ -55,7 +55,7 @@ pub async fn store_on(engine: Engine) -> (Store, StoreGuard) {
             let dir = tempfile::tempdir().expect("tempdir");
             let engine = EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open");
             let store = Store::new(Arc::new(engine));
-            store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+            store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
             (store, StoreGuard::Dir(dir))
         }
         Engine::Cassandra => {
@@ -63,7 +63,7 @@ pub async fn store_on(engine: Engine) -> (Store, StoreGuard) {
             let keyspace = format!("old_store_lib_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
             let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace)).await.expect("connect"));
             let store = Store::new(engine.clone());
-            store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+            store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
             (store, StoreGuard::Keyspace(engine))
         }
     }

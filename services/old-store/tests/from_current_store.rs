@@ -139,7 +139,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
         })
         .await
         .expect("open");
-        store.migrate(&revstore_schema::ALL_TABLES).await.expect("migrate");
+        store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
         let payload = revstore_codecs::Envelope::default()
             .encode(br#"{"html":"<p>dots</p>","data-parsoid":{},"section-offsets":{}}"#, revstore_codecs::Compression::None);
         store

@@ -167,6 +167,10 @@ impl Writer {
                     self.conn.query_row("SELECT declaration FROM \"$tables\" WHERE name = ?1", [t.name], |r| r.get(0)).optional()?;
                 match known {
                     Some(known) if known == declaration => {}
+                    Some(known) if revstore_schema::cql::structure(&known) == revstore_schema::cql::structure(&declaration) => {
+                        // A new comment or compaction strategy: nothing stored changes.
+                        self.conn.execute("UPDATE \"$tables\" SET declaration = ?2 WHERE name = ?1", [t.name, declaration.as_str()])?;
+                    }
                     Some(known) => {
                         // A newer declaration that only adds columns is applied
                         // in place (in this transaction); anything else is refused.
