@@ -42,12 +42,12 @@ use std::time::{Duration, SystemTime};
 use revstore_codecs::{BlockBuilder, BlockReader, BlockSettings, CodecError, decode_chained, encode_chained};
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED};
-use revstore_service::ApiError;
 use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 
 use crate::compactor::Compactor;
 use crate::debt;
+use crate::error::ArchiveError;
 
 /// zstd level of a render appended to an open block: fast, since every write pays it.
 pub const APPEND_LEVEL: i32 = 3;
@@ -263,10 +263,8 @@ fn key_values(domain: &Domain, title: &Title) -> [Value; 2] {
     [Value::from(domain.as_str()), Value::from(title.as_str())]
 }
 
-fn integrity(key: &BlockKey, what: impl std::fmt::Display) -> ApiError {
-    metrics::counter!("old_store_integrity_errors_total").increment(1);
-    tracing::error!(block = %key, error = %what, "archive integrity error");
-    ApiError::internal(format!("integrity error in {key}: {what}"))
+fn integrity(key: &BlockKey, what: impl std::fmt::Display) -> ArchiveError {
+    ArchiveError::integrity(key, what)
 }
 
 fn tid_value(row: &Row, column: &str) -> Option<Tid> {
@@ -311,7 +309,14 @@ impl Archive {
 
     /// Archives one render (its encoded entry). Idempotent; race-free against
     /// other replicas writing the same title.
-    pub async fn archive(&self, domain: &Domain, title: &Title, rev: RevId, tid: Tid, entry: Vec<u8>) -> Result<ArchiveOutcome, ApiError> {
+    pub async fn archive(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        tid: Tid,
+        entry: Vec<u8>,
+    ) -> Result<ArchiveOutcome, ArchiveError> {
         if self.is_suppressed(domain, title, rev).await? {
             return Ok(ArchiveOutcome::Skipped("the revision is suppressed"));
         }
@@ -371,8 +376,8 @@ impl Archive {
                 let previous = previous.clone();
                 tokio::task::spawn_blocking(move || encode_chained(previous.as_ref().map(|p| &p.content[..]), &entry, APPEND_LEVEL))
                     .await
-                    .map_err(ApiError::internal)?
-                    .map_err(|e| ApiError::payload_too_large(e.to_string()))?
+                    .map_err(ArchiveError::internal)?
+                    .map_err(|e| ArchiveError::TooLarge(e.to_string()))?
             };
             let content = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values().into_iter().chain([Value::from(slot), Value::from(tid)]))
                 .set("rev", rev.as_i64())
@@ -416,11 +421,11 @@ impl Archive {
             self.schedule_after_append(key, state, block, revisions);
             return Ok(ArchiveOutcome::Stored);
         }
-        Err(ApiError::unavailable("too many concurrent writers to this title; retry later"))
+        Err(ArchiveError::Contended)
     }
 
     /// The title's allocation state: the statics of `archive_meta`.
-    async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ApiError> {
+    async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ArchiveError> {
         let statics = ["rev_count", "open_block", "open_block_revisions", "open_block_bytes", "last_tid"];
         Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(1).columns(statics)).await?.statics)
     }
@@ -451,7 +456,7 @@ impl Archive {
         compactor.schedule_settle(key, self.inner.seal_level);
     }
 
-    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ApiError> {
+    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
         let [d, t] = key_values(domain, title);
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         self.inner
@@ -461,7 +466,7 @@ impl Archive {
         Ok(())
     }
 
-    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ApiError> {
+    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ArchiveError> {
         let [d, t] = key_values(domain, title);
         Ok(self.inner.store.get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
     }
@@ -469,7 +474,7 @@ impl Archive {
     // ---- reads -----------------------------------------------------------
 
     /// The metadata row of a render: the given tid, or the revision's first render.
-    pub async fn locate(&self, domain: &Domain, title: &Title, rev: RevId, tid: Option<Tid>) -> Result<Option<Located>, ApiError> {
+    pub async fn locate(&self, domain: &Domain, title: &Title, rev: RevId, tid: Option<Tid>) -> Result<Option<Located>, ArchiveError> {
         let mut prefix = vec![Value::from(rev.as_i64())];
         prefix.extend(tid.map(Value::from));
         let page =
@@ -478,7 +483,7 @@ impl Archive {
     }
 
     /// The decoded entry of a located render.
-    pub async fn content(&self, domain: &Domain, title: &Title, at: &Located) -> Result<Arc<DecodedEntry>, ApiError> {
+    pub async fn content(&self, domain: &Domain, title: &Title, at: &Located) -> Result<Arc<DecodedEntry>, ArchiveError> {
         let key = BlockKey { domain: domain.as_str().to_owned(), title: title.as_str().to_owned(), block: at.block };
         let entry = self.entry_at(&key, at.slot, at.slot + 1).await?;
         if entry.tid != at.tid || entry.rev != at.rev {
@@ -493,13 +498,13 @@ impl Archive {
     /// The entry at `slot` of a block; `committed` is a bound below which every
     /// slot is known to be taken (the caller read it from a metadata row or the
     /// title's counter).
-    async fn entry_at(&self, key: &BlockKey, slot: i64, committed: i64) -> Result<Arc<DecodedEntry>, ApiError> {
+    async fn entry_at(&self, key: &BlockKey, slot: i64, committed: i64) -> Result<Arc<DecodedEntry>, ArchiveError> {
         self.entry_in(key, slot, committed, true).await
     }
 
     /// [`Archive::entry_at`]; `with_base` false for a base's own block, which
     /// must stand alone (so decoding never chains further).
-    async fn entry_in(&self, key: &BlockKey, slot: i64, committed: i64, with_base: bool) -> Result<Arc<DecodedEntry>, ApiError> {
+    async fn entry_in(&self, key: &BlockKey, slot: i64, committed: i64, with_base: bool) -> Result<Arc<DecodedEntry>, ArchiveError> {
         let cached = self.inner.cache.get(key);
         if let Some(entry) = cached.as_ref().and_then(|b| b.get(slot)) {
             metrics::counter!("old_store_block_cache_total", "result" => "hit").increment(1);
@@ -519,12 +524,18 @@ impl Archive {
 
     /// Reads a block partition and decodes it: the compacted frame (only as far
     /// as needed), then the chain of appended rows after it.
-    pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ApiError> {
+    pub async fn decode_block(&self, key: &BlockKey, upto: Option<i64>, committed: i64) -> Result<DecodedBlock, ArchiveError> {
         self.decode_block_in(key, upto, committed, true).await
     }
 
-    async fn decode_block_in(&self, key: &BlockKey, upto: Option<i64>, committed: i64, with_base: bool) -> Result<DecodedBlock, ApiError> {
-        let mut permit = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
+    async fn decode_block_in(
+        &self,
+        key: &BlockKey,
+        upto: Option<i64>,
+        committed: i64,
+        with_base: bool,
+    ) -> Result<DecodedBlock, ArchiveError> {
+        let mut permit = self.inner.decode_slots.acquire().await.map_err(ArchiveError::internal)?;
         // Rows first, statics second, in two reads: a compaction between them
         // only moves rows already read into the frame read after them. (The
         // other order could miss rows compacted in between.)
@@ -556,7 +567,7 @@ impl Archive {
                 drop(permit);
                 let base_key = BlockKey { block, ..key.clone() };
                 let entry = Box::pin(self.entry_in(&base_key, slot, slot + 1, false)).await?;
-                permit = self.inner.decode_slots.acquire().await.map_err(ApiError::internal)?;
+                permit = self.inner.decode_slots.acquire().await.map_err(ArchiveError::internal)?;
                 Some(entry)
             }
             _ => None,
@@ -581,7 +592,7 @@ impl Archive {
         let key_for_errors = key.clone();
         let decoded = tokio::task::spawn_blocking(move || decode(sealed, base, through, upto, chain))
             .await
-            .map_err(ApiError::internal)?
+            .map_err(ArchiveError::internal)?
             .map_err(|e| integrity(&key_for_errors, e));
         drop(permit);
         decoded
@@ -589,7 +600,7 @@ impl Archive {
 
     /// Of several rows at one slot (writers that lost the slot leave theirs),
     /// the one the metadata points at.
-    async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<&'a Row, ApiError> {
+    async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<&'a Row, ArchiveError> {
         for row in rows {
             let (Some(rev), Some(tid)) = (row.bigint("rev"), row.timeuuid("tid")) else { continue };
             let meta = self
@@ -615,7 +626,7 @@ impl Archive {
         title: &Title,
         limit: u32,
         cursor: Option<String>,
-    ) -> Result<(Vec<Located>, Option<String>), ApiError> {
+    ) -> Result<(Vec<Located>, Option<String>), ArchiveError> {
         let page = self
             .inner
             .store
@@ -625,7 +636,7 @@ impl Archive {
     }
 
     /// The revisions of a title that are suppressed.
-    pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ApiError> {
+    pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ArchiveError> {
         let page =
             self.inner.store.read(&ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns(["suppressed_at"])).await?;
         Ok(page.rows.iter().filter_map(|r| r.bigint("rev")).map(|r| r as u64).collect())
@@ -639,7 +650,7 @@ impl Archive {
     /// compaction state, and only rows up to the new frame's last slot are
     /// deleted. At the seal level it also discharges the block's compaction
     /// debt. `stop` cancels the compression (the debt then stays owed).
-    pub async fn compact(&self, key: &BlockKey, level: i32, stop: &CancellationToken) -> Result<CompactionOutcome, ApiError> {
+    pub async fn compact(&self, key: &BlockKey, level: i32, stop: &CancellationToken) -> Result<CompactionOutcome, ArchiveError> {
         let title_key = [Value::from(key.domain.as_str()), Value::from(key.title.as_str())];
         let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).limit(1).columns(["rev_count"])).await?.statics;
         let committed = statics.and_then(|s| s.bigint("rev_count")).unwrap_or(0);
@@ -725,7 +736,7 @@ impl Archive {
                 return Ok(CompactionOutcome::Cancelled);
             }
         };
-        let frame = match frame.map_err(ApiError::internal)? {
+        let frame = match frame.map_err(ArchiveError::internal)? {
             Ok(frame) => frame,
             Err(CodecError::Cancelled) => return Ok(CompactionOutcome::Cancelled),
             Err(e) => return Err(integrity(key, e)),
@@ -772,7 +783,7 @@ impl Archive {
     }
 
     /// The base choice of the block before `key`.
-    async fn previous_choice(&self, key: &BlockKey) -> Result<(BaseChoice, Option<i64>), ApiError> {
+    async fn previous_choice(&self, key: &BlockKey) -> Result<(BaseChoice, Option<i64>), ArchiveError> {
         let previous = BlockKey { block: key.block - 1, ..key.clone() };
         let statics = self
             .inner
@@ -783,7 +794,7 @@ impl Archive {
         Ok((BaseChoice::from_statics(statics.as_ref()), statics.as_ref().and_then(|s| s.bigint("first_slot"))))
     }
 
-    async fn previous_has_chosen(&self, key: &BlockKey) -> Result<bool, ApiError> {
+    async fn previous_has_chosen(&self, key: &BlockKey) -> Result<bool, ArchiveError> {
         Ok(self.previous_choice(key).await?.0 != BaseChoice::Undecided)
     }
 
@@ -793,7 +804,7 @@ impl Archive {
     /// (at the append level: a quick test) takes less than half of what it
     /// takes alone; otherwise the page has drifted from it, and this block
     /// becomes an anchor for the blocks after it.
-    async fn choose_base(&self, key: &BlockKey, first: &Arc<DecodedEntry>, raw: u64) -> Result<BaseChoice, ApiError> {
+    async fn choose_base(&self, key: &BlockKey, first: &Arc<DecodedEntry>, raw: u64) -> Result<BaseChoice, ArchiveError> {
         if key.block == 0 {
             return Ok(BaseChoice::Anchor);
         }
@@ -807,7 +818,7 @@ impl Archive {
             Ok(base) => base,
             Err(e) => {
                 // An unreadable candidate (already logged as an integrity error) is no base.
-                tracing::warn!(block = %key, base_block = block, error = e.detail(), "base candidate unreadable; the block stands alone");
+                tracing::warn!(block = %key, base_block = block, error = %e, "base candidate unreadable; the block stands alone");
                 return Ok(BaseChoice::Anchor);
             }
         };
@@ -821,7 +832,7 @@ impl Archive {
             Ok((against, alone))
         })
         .await
-        .map_err(ApiError::internal)?
+        .map_err(ArchiveError::internal)?
         .map_err(|e| integrity(key, e))?;
         Ok(if sizes.0 * 2 < sizes.1 { candidate } else { BaseChoice::Anchor })
     }

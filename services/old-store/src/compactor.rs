@@ -103,7 +103,7 @@ impl Compactor {
     }
 
     /// Sweeps the debt table now, and records the report.
-    pub async fn sweep(&self, archive: &Archive) -> Result<SweepReport, revstore_service::ApiError> {
+    pub async fn sweep(&self, archive: &Archive) -> Result<SweepReport, revstore_storage::StoreError> {
         let report = debt::sweep(archive.store(), self, archive.seal_level(), self.settle, MAX_SWEEP_BLOCKS).await?;
         metrics::gauge!("old_store_compaction_debt_markers").set(report.markers as f64);
         *self.last_sweep.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
@@ -132,7 +132,7 @@ impl Compactor {
                 Err(e) => {
                     if !failed_before {
                         tracing::warn!(
-                            error = e.cause().unwrap_or(e.detail()),
+                            error = %e,
                             "sweeping the compaction debt failed; retrying at the next interval"
                         );
                     }
@@ -265,7 +265,7 @@ impl Compactor {
                 }
                 Err(e) => {
                     metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
-                    let error = e.cause().unwrap_or(e.detail());
+                    let error = e.to_string();
                     if failures_in_a_row == 0 {
                         tracing::warn!(block = %key, level, error, "compaction failed; retrying with a growing pause, logged again once they succeed");
                     } else {

@@ -11,6 +11,7 @@
 //! - [`archive`]: the storage model, the write path (race-free slot
 //!   allocation), the read path and compaction.
 //! - [`compactor`]: the background queue of blocks to compact.
+//! - [`error`]: what the archive's operations fail with, mapped to HTTP once.
 //! - [`debt`]: what must still be compacted, kept in the store so restarts
 //!   lose none of it, and the sweep that reads it back.
 //! - [`routes`]: the HTTP API.
@@ -19,6 +20,7 @@ pub mod archive;
 pub mod body;
 pub mod compactor;
 pub mod debt;
+pub mod error;
 pub mod routes;
 
 use std::time::Duration;

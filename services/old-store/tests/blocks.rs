@@ -11,8 +11,10 @@ use revstore_keys::{Domain, RevId, Tid, TitleRules};
 use revstore_old_store::archive::{ArchiveOutcome, BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
 use revstore_old_store::body::{ArchiveBody, Part, StoredParts};
 use revstore_old_store::debt::debt_shard;
+use revstore_old_store::error::ArchiveError;
 use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_DEBT, ARCHIVE_META};
+use revstore_service::ApiError;
 use revstore_storage::{ReadQuery, Store, Upsert, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -191,7 +193,8 @@ async fn a_corrupted_block_is_an_integrity_error_not_garbage(engine: Engine) {
     for rev in [2, 3] {
         let at = cold.locate(&d, &t, RevId::new(rev).expect("rev"), None).await.expect("locate").expect("there");
         let err = cold.content(&d, &t, &at).await.expect_err("damaged");
-        assert_eq!(err.status(), 500, "revision {rev}: {}", err.detail());
+        assert!(matches!(err, ArchiveError::Integrity { .. }), "revision {rev}: {err}");
+        assert_eq!(ApiError::from(err).status(), 500, "an integrity error is a 500 at the HTTP edge");
     }
 }
 
