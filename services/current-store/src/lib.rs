@@ -9,9 +9,11 @@
 //! # Layout
 //! - [`render`]: the render body, its parts and how they are stored.
 //! - [`pages`]: the storage model and the write path (precedence, copy-on-update).
+//! - [`error`]: what the page operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 //! - [`outbox`]: delivery of hand-offs to old-store and notices to the graph.
 
+pub mod error;
 pub mod outbox;
 pub mod pages;
 pub mod render;

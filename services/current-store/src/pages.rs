@@ -21,9 +21,9 @@ use std::time::{Duration, SystemTime};
 
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
 use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED};
-use revstore_service::ApiError;
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
+use crate::error::PagesError;
 use crate::render::{RenderBody, RenderId, StoredParts};
 
 /// Outbox rows are spread over this many partitions.
@@ -78,12 +78,12 @@ fn key(domain: &Domain, title: &Title) -> [Value; 2] {
     [Value::from(domain.as_str()), Value::from(title.as_str())]
 }
 
-fn render_id(row: &Row) -> Result<RenderId, ApiError> {
+fn render_id(row: &Row) -> Result<RenderId, PagesError> {
     let rev = row.bigint("rev").and_then(|r| RevId::new(r as u64).ok());
     let tid = row.timeuuid("tid").and_then(|t| Tid::from_uuid(t).ok());
     match (rev, tid) {
         (Some(rev), Some(tid)) => Ok(RenderId { rev, tid }),
-        _ => Err(ApiError::internal(format!("stored render without a valid rev or tid: {row:?}"))),
+        _ => Err(PagesError::Corrupt(format!("stored render without a valid rev or tid: {row:?}"))),
     }
 }
 
@@ -96,13 +96,13 @@ impl Pages {
         self.grace.as_secs().clamp(1, u32::MAX as u64) as u32
     }
 
-    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ApiError> {
+    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, PagesError> {
         let [d, t] = key(domain, title);
         Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
     }
 
     /// The latest render of the latest revision.
-    pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, ApiError> {
+    pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let query = ReadQuery::new(&CURRENT, key(domain, title)).limit(1).columns(columns.iter().copied());
         let page = self.store.read(&query).await?;
         match page.rows.into_iter().next() {
@@ -116,7 +116,7 @@ impl Pages {
     /// period). Both are read: a `current` row of an older revision can outlive
     /// the range delete that should have removed it (that delete carries an
     /// earlier write time), while `by_rev` received the revision's newer renders.
-    pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, ApiError> {
+    pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         if self.is_suppressed(domain, title, rev).await? {
             return Ok(None);
         }
@@ -142,7 +142,7 @@ impl Pages {
         rev: RevId,
         tid: Tid,
         columns: &[&'static str],
-    ) -> Result<Option<Found>, ApiError> {
+    ) -> Result<Option<Found>, PagesError> {
         if self.is_suppressed(domain, title, rev).await? {
             return Ok(None);
         }
@@ -168,11 +168,11 @@ impl Pages {
         id: RenderId,
         body: &RenderBody,
         pre: &Preconditions,
-    ) -> Result<PutOutcome, ApiError> {
+    ) -> Result<PutOutcome, PagesError> {
         body.validate()?;
         id.tid.check_render_time(SystemTime::now())?;
         if self.is_suppressed(domain, title, id.rev).await? {
-            return Err(ApiError::conflict(format!("revision {} of {title} is suppressed", id.rev)));
+            return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
         let latest = self.latest(domain, title, &["tid", "html", "data_parsoid", "section_offsets"]).await?;
         check_preconditions(pre, latest.as_ref().map(|l| l.id))?;
@@ -265,7 +265,7 @@ impl Pages {
     }
 
     /// The renders held for a title, newest first.
-    pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, ApiError> {
+    pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
         let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns(["tid"])).await?.rows;
         let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
         let mut held: Vec<(RenderId, &'static str)> = Vec::new();
@@ -292,7 +292,7 @@ impl Pages {
     }
 
     /// Removes all of a page's content held here.
-    pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), ApiError> {
+    pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
         let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
         let [d, t] = key(domain, title);
         let mut writes: Vec<Write> =
@@ -310,7 +310,7 @@ impl Pages {
     /// Hides a revision: recorded as suppressed (checked on every read, so it is
     /// never served again, also not through the old-store fallback), its content
     /// removed here, and the suppression queued for old-store.
-    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ApiError> {
+    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
@@ -345,7 +345,7 @@ fn archive_payload(body: &RenderBody) -> Vec<u8> {
     revstore_codecs::Envelope::default().encode(&json, revstore_codecs::Compression::Zstd { level: 3 })
 }
 
-fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), ApiError> {
+fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), PagesError> {
     if let Some(expected) = &pre.if_match {
         let matches = match latest {
             None => false,
@@ -353,13 +353,13 @@ fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<
         };
         if !matches {
             let now = latest.map_or_else(|| "no render".to_owned(), |id| id.etag());
-            return Err(ApiError::precondition_failed(format!("If-Match {expected} does not match the latest render ({now})")));
+            return Err(PagesError::PreconditionFailed(format!("If-Match {expected} does not match the latest render ({now})")));
         }
     }
     if let (Some(since), Some(id)) = (pre.if_unmodified_since, latest)
         && id.tid.time() > since + Duration::from_secs(1)
     {
-        return Err(ApiError::precondition_failed(format!(
+        return Err(PagesError::PreconditionFailed(format!(
             "the latest render ({}) is newer than If-Unmodified-Since",
             rendered_at(id.tid)
         )));

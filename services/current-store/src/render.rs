@@ -3,7 +3,8 @@
 
 use revstore_codecs::{Compression, Envelope};
 use revstore_keys::{RevId, Tid};
-use revstore_service::ApiError;
+
+use crate::error::PagesError;
 use serde::{Deserialize, Serialize};
 
 /// The body of a render write, as the HTTP API contract gives it.
@@ -23,15 +24,16 @@ pub struct RenderBody {
 }
 
 impl RenderBody {
-    pub fn validate(&self) -> Result<(), ApiError> {
+    pub fn validate(&self) -> Result<(), PagesError> {
+        let invalid = |what: &str| Err(PagesError::Invalid(what.to_owned()));
         if self.html.is_empty() {
-            return Err(ApiError::bad_request("html is empty"));
+            return invalid("html is empty");
         }
         if !self.data_parsoid.is_object() {
-            return Err(ApiError::bad_request("data-parsoid must be a JSON object"));
+            return invalid("data-parsoid must be a JSON object");
         }
         if !self.section_offsets.is_object() {
-            return Err(ApiError::bad_request("section-offsets must be a JSON object"));
+            return invalid("section-offsets must be a JSON object");
         }
         Ok(())
     }
@@ -102,8 +104,8 @@ impl StoredParts {
 }
 
 /// Decodes one stored part, reporting damage as an internal error.
-pub fn decode_part(stored: &[u8], what: &str) -> Result<Vec<u8>, ApiError> {
-    Envelope::default().decode(stored).map(|c| c.into_owned()).map_err(|e| ApiError::internal(format!("stored {what} is unreadable: {e}")))
+pub fn decode_part(stored: &[u8], what: &str) -> Result<Vec<u8>, PagesError> {
+    Envelope::default().decode(stored).map(|c| c.into_owned()).map_err(|e| PagesError::Corrupt(format!("stored {what} is unreadable: {e}")))
 }
 
 /// A render's identity.

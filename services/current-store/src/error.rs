@@ -1,0 +1,42 @@
+//! What the page operations fail with, without HTTP: the outbox worker and a
+//! janitor call them as they are; the HTTP edge maps them to problem
+//! documents once (`impl From<PagesError> for ApiError`).
+
+use revstore_service::ApiError;
+use revstore_storage::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PagesError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The render or its key is not acceptable (nothing was written).
+    #[error("{0}")]
+    Invalid(String),
+    /// A render of a suppressed revision: it may not be stored again.
+    #[error("revision {rev} of {title} is suppressed")]
+    Suppressed { rev: u64, title: String },
+    /// An `If-Match` or `If-Unmodified-Since` the latest render does not meet.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// A stored row or part that does not decode: never served as content.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl From<PagesError> for ApiError {
+    fn from(e: PagesError) -> Self {
+        match e {
+            PagesError::Store(e) => e.into(),
+            PagesError::Invalid(detail) => ApiError::bad_request(detail),
+            e @ PagesError::Suppressed { .. } => ApiError::conflict(e.to_string()),
+            PagesError::PreconditionFailed(detail) => ApiError::precondition_failed(detail),
+            e @ PagesError::Corrupt(_) => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<revstore_keys::KeyError> for PagesError {
+    fn from(e: revstore_keys::KeyError) -> Self {
+        PagesError::Invalid(e.to_string())
+    }
+}
