@@ -228,9 +228,13 @@ async fn start(extra_args: &[&str], migrate: bool, downstream: Option<String>) -
     ]);
     args.extend_from_slice(extra_args);
     let settings = TestArgs::parse_from(args).common.resolve(0).expect("settings");
-    let store = revstore_storage::open(settings.storage.clone()).await.expect("open");
-    let engine = Arc::new(Switchable { inner: store.engine().clone(), down: AtomicBool::new(false) });
-    let store = Store::new(engine.clone());
+    let mut switchable = None;
+    let store = revstore_storage::open(settings.storage.clone()).await.expect("open").map_engine(|inner| {
+        let engine = Arc::new(Switchable { inner, down: AtomicBool::new(false) });
+        switchable = Some(engine.clone());
+        engine
+    });
+    let engine = switchable.expect("wrapped");
     if migrate {
         store.migrate(&[&ITEMS_SCHEMA]).await.expect("migrate");
     } else {

@@ -607,7 +607,6 @@ pub async fn batches_are_all_or_nothing(s: &Subject) {
     // A batch that fails inside the engine, midway, leaves nothing behind either.
     let failed = s
         .store
-        .engine()
         .apply(vec![
             Upsert::new(&KV, [text("b1")]).set("v", "changed").into(),
             Upsert::new(&NOT_CREATED, [text("x")]).set("v", "x").into(),
@@ -723,6 +722,17 @@ pub async fn bad_requests_change_nothing(s: &Subject) {
     invalid(s.store.write(Delete::row(&MIXED, [text("bad")], [int(1)])).await, "row delete without full key");
     invalid(s.store.write(Upsert::new(&KV, [text(&"k".repeat(70_000))]).set("v", "x")).await, "key over 64 KiB");
     invalid(s.store.apply(vec![]).await, "empty batch");
+    // A condition on a static that a write to another row sets: Cassandra
+    // cannot carry the condition on that write, so no engine takes it.
+    let cas = Cas {
+        table: &MIXED,
+        partition: vec![text("bad")],
+        clustering: None,
+        condition: Condition::Equals(vec![("s", text("a"))]),
+        writes: vec![Write::Upsert(Upsert::new(&MIXED, [text("bad"), int(1), text("x")]).set("s", "b"))],
+    };
+    let conditional = s.store.cas(cas).await.map(|_| ());
+    invalid(conditional, "a condition column set outside the condition row");
     let read = s.store.read(&ReadQuery::new(&KV, [text("bad")]).limit(0)).await;
     assert!(matches!(read, Err(StoreError::Invalid(_))), "{read:?}");
     let read = s.store.read(&ReadQuery::new(&MIXED, [text("bad")]).slice(Slice::all().lower(Bound::Included(text("not a number"))))).await;

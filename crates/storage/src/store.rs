@@ -139,8 +139,11 @@ impl Store {
         self.full.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn engine(&self) -> &Arc<dyn Engine> {
-        &self.engine
+    /// The same store over its engine wrapped by `wrap` (a test's fault
+    /// injector, say). The engine is reachable only this way, behind the
+    /// store's validation: nothing gets a write past it.
+    pub fn map_engine(self, wrap: impl FnOnce(Arc<dyn Engine>) -> Arc<dyn Engine>) -> Store {
+        Store { engine: wrap(self.engine), ..self }
     }
 
     pub async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
@@ -455,6 +458,18 @@ fn validate_cas(c: &Cas) -> StoreResult<()> {
     }
     if c.writes.is_empty() {
         return Err(StoreError::invalid("a conditional write needs at least one write"));
+    }
+    if let Condition::Equals(expected) = &c.condition {
+        // Cassandra carries the condition on the write to the condition row;
+        // without one, a separate carrier would write the first condition
+        // column, which no other write of the batch may then set.
+        let condition_key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
+        let carried = c.writes.iter().any(|w| matches!(w, Write::Upsert(u) if u.key == condition_key && !u.cells.is_empty()));
+        if let (false, Some((first, _))) = (carried, expected.first())
+            && c.writes.iter().any(|w| matches!(w, Write::Upsert(u) if u.cells.iter().any(|(n, _)| n == first)))
+        {
+            return Err(StoreError::invalid(format!("a conditional batch that sets {first} must do so in the write of the condition row")));
+        }
     }
     if c.condition == Condition::NotExists {
         let key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
