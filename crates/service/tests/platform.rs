@@ -23,7 +23,8 @@ use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
 use revstore_service::{Access, ApiError, CommonArgs, Platform, WriteAccess, serve};
 use revstore_storage::{
-    Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScannedPartition, Store, StoreError, StoreResult, Upsert, Value, Write,
+    Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScanQuery, ScannedPartition, Store, StoreError, StoreResult, Upsert,
+    Value, Write,
 };
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
@@ -165,9 +166,9 @@ impl Engine for Switchable {
         self.check()?;
         self.inner.cas(cas).await
     }
-    async fn scan(&self, table: &'static TableDef, after: Option<(i64, Vec<Value>)>, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+    async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<ScannedPartition>> {
         self.check()?;
-        self.inner.scan(table, after, limit).await
+        self.inner.scan(query).await
     }
     async fn ping(&self) -> StoreResult<()> {
         self.check()?;

@@ -15,13 +15,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::TryStreamExt;
 use rand::seq::SliceRandom;
 use revstore_keys::{Tid, TidGenerator, composite_key_bytes, murmur3_token};
 use revstore_schema::model::ColumnType::{BigInt, Blob, Text, TimeUuid};
 use revstore_schema::{Column as C, Compaction, Order, TableDef};
 
 use crate::error::StoreError;
-use crate::ops::{Cas, Condition, Delete, ReadOrder, ReadQuery, Slice, Upsert, Write};
+use crate::ops::{Cas, Condition, Delete, ReadOrder, ReadQuery, ScanPosition, ScanQuery, Slice, TokenRange, Upsert, Write};
 use crate::store::Store;
 use crate::value::{Row, Value};
 
@@ -151,6 +152,7 @@ macro_rules! conformance_suite {
             compare_and_set_loses_no_update,
             batches_are_all_or_nothing,
             scans_visit_every_partition_exactly_once,
+            token_range_scans_resume_from_plain_positions_with_statics,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
             bad_requests_change_nothing,
@@ -181,8 +183,13 @@ fn mixed_row(a: i64, b: &str) -> Upsert {
     Upsert::new(&MIXED, [text("p"), int(a), text(b)]).set("v", format!("{a}{b}"))
 }
 
+/// The rows of a query: one page when it sets a limit, else every row,
+/// streamed three at a time (so that paging is exercised everywhere).
 async fn read_all(store: &Store, query: ReadQuery) -> Vec<Row> {
-    store.read(&query).await.expect("read").rows
+    match query.limit {
+        Some(_) => store.read(&query).await.expect("read").rows,
+        None => store.rows(query.limit(3)).try_collect().await.expect("read"),
+    }
 }
 
 fn keys_ab(rows: &[Row]) -> Vec<(i64, String)> {
@@ -619,17 +626,7 @@ pub async fn batches_are_all_or_nothing(s: &Subject) {
 }
 
 async fn scan_all(store: &Store, table: &'static TableDef, page_size: u32) -> Vec<crate::ops::ScannedPartition> {
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let page = store.scan(table, token.as_deref(), page_size).await.expect("scan");
-        assert!(page.partitions.len() <= page_size as usize);
-        out.extend(page.partitions);
-        match page.next {
-            Some(next) => token = Some(next),
-            None => return out,
-        }
-    }
+    store.partitions(ScanQuery::new(table, page_size)).try_collect().await.expect("scan")
 }
 
 pub async fn scans_visit_every_partition_exactly_once(s: &Subject) {
@@ -765,4 +762,58 @@ pub async fn added_columns_are_migrated_in_place(s: &Subject) {
     }
     let page = s.store.read(&ReadQuery::new(&EVOLVING_AFTER, [text("p")])).await.expect("read after the refusal");
     assert_eq!(page.rows[1].bigint("added"), Some(7));
+}
+
+pub async fn token_range_scans_resume_from_plain_positions_with_statics(s: &Subject) {
+    // Even partitions have a static, odd ones only a row.
+    for i in 0..40i64 {
+        let part = text(&format!("r{i}"));
+        let write = if i % 2 == 0 {
+            Upsert::new(&MIXED, [part]).set("s", format!("s{i}"))
+        } else {
+            Upsert::new(&MIXED, [part, int(i), text("x")]).set("v", "row")
+        };
+        s.store.write(write).await.expect("write");
+    }
+    let expected_static = |key: &[Value]| {
+        let Some(Value::Text(k)) = key.first() else { panic!("a text key") };
+        let i: i64 = k[1..].parse().expect("r<i>");
+        (i % 2 == 0).then(|| format!("s{i}"))
+    };
+    // The whole ring, 7 at a time, each position written out and read back as a checkpoint would be.
+    let mut seen = Vec::new();
+    let mut position: Option<String> = None;
+    loop {
+        let after = position.as_deref().map(|p| p.parse::<ScanPosition>().expect("a position reads back"));
+        let step = s.store.scan_range(&ScanQuery::new(&MIXED, 7).statics(["s"]).after(after)).await.expect("scan");
+        for p in &step.partitions {
+            assert_eq!(p.statics.as_ref().and_then(|r| r.text("s")).map(str::to_owned), expected_static(&p.key), "{:?}", p.key);
+        }
+        seen.extend(step.partitions);
+        match step.next {
+            Some(next) => position = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 40, "every partition once");
+    let ordered = |a: &crate::ops::ScannedPartition, b: &crate::ops::ScannedPartition| {
+        a.token.cmp(&b.token).then_with(|| crate::value::cmp_keys(&a.key, &b.key)).is_lt()
+    };
+    assert!(seen.windows(2).all(|w| ordered(&w[0], &w[1])), "in token order, no repeats");
+    // Four ranges cover the ring, each partition in exactly the range of its token.
+    let mut by_range = Vec::new();
+    for range in TokenRange::split(4) {
+        let step = s.store.scan_range(&ScanQuery::new(&MIXED, 100).range(range)).await.expect("scan");
+        assert!(step.next.is_none());
+        assert!(step.partitions.iter().all(|p| range.contains(p.token) && p.statics.is_none()));
+        by_range.extend(step.partitions);
+    }
+    assert_eq!(by_range.iter().map(|p| p.key.clone()).collect::<Vec<_>>(), seen.iter().map(|p| p.key.clone()).collect::<Vec<_>>());
+    // What a scan cannot be asked.
+    let bad = s.store.scan_range(&ScanQuery::new(&MIXED, 10).statics(["v"])).await;
+    assert!(matches!(bad, Err(StoreError::Invalid(_))), "a regular column as a static: {bad:?}");
+    let outside = ScanPosition { token: i64::MIN, key: vec![text("r0")] };
+    let bad = s.store.scan_range(&ScanQuery::new(&MIXED, 10).range(TokenRange::split(2)[1]).after(Some(outside))).await;
+    assert!(matches!(bad, Err(StoreError::Invalid(_))), "a position outside the range: {bad:?}");
+    assert!("zz".parse::<ScanPosition>().is_err() && "00".parse::<ScanPosition>().is_err());
 }

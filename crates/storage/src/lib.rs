@@ -37,8 +37,8 @@ pub use error::{StoreError, StoreResult};
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
-    Cas, CasOutcome, Condition, Delete, DeleteTarget, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScannedPartition, Slice, Upsert,
-    Write,
+    Cas, CasOutcome, Condition, Delete, DeleteTarget, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
+    ScannedPartition, Slice, TokenRange, Upsert, Write,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store};

@@ -4,6 +4,7 @@ use std::ops::Bound;
 
 use revstore_schema::TableDef;
 
+use crate::error::StoreError;
 use crate::value::{Row, Value, cmp_keys};
 
 /// Insert or update one row's cells (Cassandra `INSERT`): the row's liveness
@@ -339,6 +340,130 @@ pub struct ScannedPartition {
     /// The partition's Murmur3 token.
     pub token: i64,
     pub key: Vec<Value>,
+    /// The static columns the scan asked for (`None` when it asked for none,
+    /// or the partition has none alive).
+    pub statics: Option<Row>,
+}
+
+impl ScannedPartition {
+    /// Where a scan that stopped at this partition resumes.
+    pub fn position(&self) -> ScanPosition {
+        ScanPosition { token: self.token, key: self.key.clone() }
+    }
+}
+
+/// A place in a token-ordered scan: after the partition with this token and
+/// key. Plain (not sealed), so a job can checkpoint it and resume after any
+/// restart or page-token key rotation; [`Store::scan`](crate::Store::scan)
+/// seals it for clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanPosition {
+    pub token: i64,
+    pub key: Vec<Value>,
+}
+
+impl ScanPosition {
+    /// The token's 8 bytes, then the key's value encoding.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = self.token.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&crate::value::encode_values(&self.key));
+        bytes
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, StoreError> {
+        let bad = || StoreError::invalid("not a scan position");
+        let (token, key) = bytes.split_at_checked(8).ok_or_else(bad)?;
+        let mut t = [0u8; 8];
+        t.copy_from_slice(token);
+        Ok(ScanPosition { token: i64::from_be_bytes(t), key: crate::value::decode_values(key).map_err(|_| bad())? })
+    }
+}
+
+impl std::fmt::Display for ScanPosition {
+    /// [`ScanPosition::to_bytes`] in hex.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_bytes().iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::str::FromStr for ScanPosition {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        let bad = || StoreError::invalid("not a scan position");
+        if !s.len().is_multiple_of(2) || !s.is_ascii() {
+            return Err(bad());
+        }
+        let bytes =
+            (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
+        ScanPosition::from_bytes(&bytes)
+    }
+}
+
+/// The tokens `(after, through]` of the ring. The whole ring is
+/// [`TokenRange::ALL`]: no key hashes to `i64::MIN`, as in Cassandra.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenRange {
+    pub after: i64,
+    pub through: i64,
+}
+
+impl TokenRange {
+    pub const ALL: TokenRange = TokenRange { after: i64::MIN, through: i64::MAX };
+
+    /// The ring cut into `n` contiguous ranges of about equal width, in order
+    /// (for workers that each take one).
+    pub fn split(n: u32) -> Vec<TokenRange> {
+        let n = i128::from(n.max(1));
+        let (lo, hi) = (i128::from(i64::MIN), i128::from(i64::MAX));
+        let bound = |i: i128| if i == n { i64::MAX } else { (lo + (hi - lo) * i / n) as i64 };
+        (0..n).map(|i| TokenRange { after: bound(i), through: bound(i + 1) }).collect()
+    }
+
+    pub fn contains(&self, token: i64) -> bool {
+        token > self.after && token <= self.through
+    }
+}
+
+/// One step of a token-ordered scan of a table's partitions.
+#[derive(Debug, Clone)]
+pub struct ScanQuery {
+    pub table: &'static TableDef,
+    pub range: TokenRange,
+    /// Resume after this partition (within `range`); `None`: from its start.
+    pub after: Option<ScanPosition>,
+    /// Static columns to return with each partition.
+    pub statics: Vec<&'static str>,
+    pub limit: u32,
+}
+
+impl ScanQuery {
+    /// The first `limit` partitions of the whole ring, keys only.
+    pub fn new(table: &'static TableDef, limit: u32) -> Self {
+        ScanQuery { table, range: TokenRange::ALL, after: None, statics: Vec::new(), limit }
+    }
+
+    pub fn range(mut self, range: TokenRange) -> Self {
+        self.range = range;
+        self
+    }
+
+    pub fn after(mut self, after: Option<ScanPosition>) -> Self {
+        self.after = after;
+        self
+    }
+
+    pub fn statics(mut self, columns: impl IntoIterator<Item = &'static str>) -> Self {
+        self.statics = columns.into_iter().collect();
+        self
+    }
+}
+
+/// One step of a scan, with where the next one starts (`None`: the range is done).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScanRows {
+    pub partitions: Vec<ScannedPartition>,
+    pub next: Option<ScanPosition>,
 }
 
 /// One page of a token-ordered partition scan.

@@ -9,7 +9,12 @@ use revstore_codecs::PageTokenCodec;
 use revstore_schema::{ColumnKind, ColumnType, TableDef};
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, Slice, Upsert, Write};
+use futures_util::Stream;
+
+use crate::ops::{
+    Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows, ScannedPartition,
+    Slice, Upsert, Write,
+};
 use crate::value::{Row, Value, decode_values, encode_values};
 
 /// The engines revstore knows, named even when not built in, so an error can
@@ -51,14 +56,10 @@ pub trait Engine: Send + Sync + Debug {
 
     async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome>;
 
-    /// Up to `limit + 1` partitions of `table` in token order, strictly after
-    /// `after` (a token and the partition key at that token).
-    async fn scan(
-        &self,
-        table: &'static TableDef,
-        after: Option<(i64, Vec<Value>)>,
-        limit: u32,
-    ) -> StoreResult<Vec<crate::ops::ScannedPartition>>;
+    /// Up to `limit + 1` partitions of the query's table in token order,
+    /// within its token range and strictly after its position, with the
+    /// static columns it names.
+    async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<crate::ops::ScannedPartition>>;
 
     /// Cheap reachability check for readiness probes.
     async fn ping(&self) -> StoreResult<()>;
@@ -220,35 +221,58 @@ impl Store {
         result
     }
 
-    /// Scans partitions in token order, a page at a time.
-    pub async fn scan(&self, table: &'static TableDef, page_token: Option<&str>, limit: u32) -> StoreResult<ScanPage> {
-        if limit == 0 {
-            return Err(StoreError::invalid("scan limit must be at least 1"));
+    /// One step of a token-ordered scan: partitions in the query's token
+    /// range after its position, with the static columns it names, and the
+    /// plain position to resume from (jobs checkpoint it as it is).
+    pub async fn scan_range(&self, query: &ScanQuery) -> StoreResult<ScanRows> {
+        validate_scan(query)?;
+        let limit = query.limit as usize;
+        let mut partitions = self.timed("scan", self.engine.scan(query)).await?;
+        let mut next = None;
+        if partitions.len() > limit {
+            partitions.truncate(limit);
+            next = partitions.last().map(ScannedPartition::position);
         }
+        Ok(ScanRows { partitions, next })
+    }
+
+    /// Every row of a partition read, as a stream that fetches a page of
+    /// `query.limit` rows (1000 when unset) at a time: a partition of any
+    /// size is walked in constant memory.
+    pub fn rows(&self, query: ReadQuery) -> impl Stream<Item = StoreResult<Row>> + Send + 'static {
+        let page = query.limit.unwrap_or(DEFAULT_STREAM_PAGE);
+        let start = query.limit(page);
+        paged(self.clone(), Some(start), |store, query| async move {
+            let page = store.read(&query).await?;
+            let next = page.next.map(|token| query.clone().page_token(Some(token)));
+            Ok((page.rows, next))
+        })
+    }
+
+    /// Every partition of a scan, as a stream that takes `query.limit`
+    /// partitions at a time.
+    pub fn partitions(&self, query: ScanQuery) -> impl Stream<Item = StoreResult<ScannedPartition>> + Send + 'static {
+        paged(self.clone(), Some(query), |store, query| async move {
+            let step = store.scan_range(&query).await?;
+            let next = step.next.map(|after| query.clone().after(Some(after)));
+            Ok((step.partitions, next))
+        })
+    }
+
+    /// Scans partitions of the whole ring in token order, a page at a time,
+    /// with a sealed page token for clients (valid for this table's scan only).
+    pub async fn scan(&self, table: &'static TableDef, page_token: Option<&str>, limit: u32) -> StoreResult<ScanPage> {
         let scope = format!("scan|{}", table.name).into_bytes();
         let after = match page_token {
             Some(token) => {
                 let payload = self.tokens.open(&scope, token).map_err(StoreError::BadPageToken)?;
-                let (token_bytes, key) =
-                    payload.split_at_checked(8).ok_or_else(|| StoreError::invalid("page token is not a scan position"))?;
-                let mut t = [0u8; 8];
-                t.copy_from_slice(token_bytes);
-                let key = decode_values(key).map_err(|_| StoreError::invalid("page token is not a scan position"))?;
-                Some((i64::from_be_bytes(t), key))
+                Some(ScanPosition::from_bytes(&payload).map_err(|_| StoreError::invalid("page token is not a scan position"))?)
             }
             None => None,
         };
-        let mut partitions = self.timed("scan", self.engine.scan(table, after, limit)).await?;
-        let mut next = None;
-        if partitions.len() > limit as usize {
-            partitions.truncate(limit as usize);
-            if let Some(last) = partitions.last() {
-                let mut payload = last.token.to_be_bytes().to_vec();
-                payload.extend_from_slice(&encode_values(&last.key));
-                next = Some(self.tokens.seal(&scope, &payload));
-            }
-        }
-        Ok(ScanPage { partitions, next })
+        let rows = self.scan_range(&ScanQuery::new(table, limit).after(after)).await?;
+        let next = rows.next.map(|p| self.tokens.seal(&scope, &p.to_bytes()));
+        Ok(ScanPage { partitions: rows.partitions, next })
     }
 
     pub async fn ping(&self) -> StoreResult<()> {
@@ -427,6 +451,58 @@ fn validate_read(q: &ReadQuery) -> StoreResult<()> {
     }
     if let Some(columns) = &q.columns {
         check_columns(q.table, columns.iter().copied())?;
+    }
+    Ok(())
+}
+
+/// The page size of [`Store::rows`] when the query sets none.
+const DEFAULT_STREAM_PAGE: u32 = 1000;
+
+/// Items fetched a page at a time: `fetch` answers a page and the query of the
+/// next one (`None`: done). An error ends the stream after it is yielded.
+fn paged<Q, T, F, Fut>(store: Store, first: Option<Q>, fetch: F) -> impl Stream<Item = StoreResult<T>> + Send + 'static
+where
+    Q: Send + 'static,
+    T: Send + 'static,
+    F: Fn(Store, Q) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = StoreResult<(Vec<T>, Option<Q>)>> + Send,
+{
+    let state = (store, first, std::collections::VecDeque::<T>::new());
+    futures_util::stream::unfold((state, fetch), |((store, mut next, mut buffer), fetch)| async move {
+        loop {
+            if let Some(item) = buffer.pop_front() {
+                return Some((Ok(item), ((store, next, buffer), fetch)));
+            }
+            let query = next.take()?;
+            match fetch(store.clone(), query).await {
+                Ok((items, following)) => {
+                    buffer.extend(items);
+                    next = following;
+                }
+                Err(e) => return Some((Err(e), ((store, None, buffer), fetch))),
+            }
+        }
+    })
+}
+
+fn validate_scan(q: &ScanQuery) -> StoreResult<()> {
+    if q.limit == 0 {
+        return Err(StoreError::invalid("scan limit must be at least 1"));
+    }
+    if q.range.after >= q.range.through {
+        return Err(StoreError::invalid("a token range must hold at least one token"));
+    }
+    if let Some(after) = &q.after {
+        if !q.range.contains(after.token) {
+            return Err(StoreError::invalid("a scan position must lie in the scan's token range"));
+        }
+        check_partition(q.table, &after.key)?;
+    }
+    for name in &q.statics {
+        match q.table.column(name) {
+            Some(c) if c.kind == ColumnKind::Static => {}
+            _ => return Err(StoreError::invalid(format!("{}.{name} is not a static column", q.table.name))),
+        }
     }
     Ok(())
 }

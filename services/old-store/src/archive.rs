@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use futures_util::{Stream, TryStreamExt};
 use revstore_codecs::{BlockBuilder, BlockReader, BlockSettings, CodecError, decode_chained, encode_chained};
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED};
@@ -617,6 +618,18 @@ impl Archive {
             }
         }
         Err(integrity(key, format!("no committed render at slot {slot}")))
+    }
+
+    /// Every render of the title in revision order, streamed `page` metadata
+    /// rows at a time (constant memory whatever the history's length).
+    pub fn locations(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        page: u32,
+    ) -> impl Stream<Item = Result<Located, ArchiveError>> + Send + 'static {
+        let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(page).columns(["block", "slot"]);
+        self.inner.store.rows(query).try_filter_map(|row| std::future::ready(Ok(located(&row)))).map_err(ArchiveError::from)
     }
 
     /// The title's metadata rows in revision order, a page at a time.

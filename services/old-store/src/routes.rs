@@ -5,7 +5,7 @@
 //! to read), so the router names positions neutrally; the OpenAPI document
 //! gives every route its real parameter names.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 
 use axum::Json;
 use axum::body::Body;
@@ -13,6 +13,7 @@ use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::{StreamExt, TryStreamExt};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
 use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, WriteAccess};
@@ -21,6 +22,7 @@ use utoipa::OpenApi;
 use crate::archive::{Archive, ArchiveOutcome, Located};
 use crate::body::{ArchiveBody, Part, StoredParts, bundle};
 use crate::debt::SweepReport;
+use crate::error::ArchiveError;
 
 /// A given render never changes; it can only be hidden, so caches keep it a day.
 const FIXED_CACHE: &str = "max-age=86400";
@@ -255,69 +257,33 @@ async fn list_revisions(
 async fn history(State(state): State<AppState>, Path((domain, title)): Path<(String, String)>) -> Result<Response, ApiError> {
     let (domain, title) = page_key(&state, &domain, &title)?;
     let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
-    // Fetch the first page before answering, so an unreachable store is a clean error.
-    let (first, next) = state.archive.list(&domain, &title, HISTORY_PAGE, None).await?;
-    let walk = HistoryWalk { archive: state.archive.clone(), domain, title, hidden, queue: first.into(), next, done: false };
-    let stream = futures_util::stream::unfold(walk, |mut walk| async move {
-        let line = walk.next_line().await?;
-        Some((line, walk))
-    });
+    let mut locations = Box::pin(state.archive.locations(&domain, &title, HISTORY_PAGE));
+    // The first revision before answering, so an unreachable store is a clean error.
+    let first = locations.next().await.transpose()?;
+    let archive = state.archive.clone();
+    let lines = futures_util::stream::iter(first.map(Ok))
+        .chain(locations)
+        .try_filter(move |at| std::future::ready(!hidden.contains(&at.rev)))
+        .and_then(move |at| history_line(archive.clone(), domain.clone(), title.clone(), at))
+        // An error ends the body early (the status line is already sent): the
+        // client sees a truncated stream; the cause goes to the log.
+        .map_err(|e| {
+            tracing::error!(error = %e, "history stream stopped");
+            std::io::Error::other("history stream stopped")
+        });
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-    Ok((StatusCode::OK, headers, Body::from_stream(stream)).into_response())
+    Ok((StatusCode::OK, headers, Body::from_stream(lines)).into_response())
 }
 
-/// The state of a history stream between lines.
-struct HistoryWalk {
-    archive: Archive,
-    domain: Domain,
-    title: Title,
-    hidden: HashSet<u64>,
-    queue: VecDeque<Located>,
-    next: Option<String>,
-    done: bool,
-}
-
-impl HistoryWalk {
-    /// The next line, `None` at the end. An error ends the stream early (the
-    /// status line is already sent): the client sees a truncated body.
-    async fn next_line(&mut self) -> Option<Result<Vec<u8>, std::io::Error>> {
-        if self.done {
-            return None;
-        }
-        let result = self.step().await;
-        match result {
-            Ok(Some(line)) => Some(Ok(line)),
-            Ok(None) => None,
-            Err(e) => {
-                self.done = true;
-                tracing::error!(title = %self.title, error = %e.cause().unwrap_or(e.detail()), "history stream stopped");
-                Some(Err(std::io::Error::other(e.detail().to_owned())))
-            }
-        }
-    }
-
-    async fn step(&mut self) -> Result<Option<Vec<u8>>, ApiError> {
-        loop {
-            if self.queue.is_empty() {
-                let Some(cursor) = self.next.take() else { return Ok(None) };
-                let (rows, next) = self.archive.list(&self.domain, &self.title, HISTORY_PAGE, Some(cursor)).await?;
-                self.queue = rows.into();
-                self.next = next;
-                continue;
-            }
-            let Some(at) = self.queue.pop_front() else { continue };
-            if self.hidden.contains(&at.rev) {
-                continue;
-            }
-            let entry = self.archive.content(&self.domain, &self.title, &at).await?;
-            let parts = StoredParts::parse(&entry.content).map_err(ApiError::internal)?;
-            let b = bundle(at.rev, &at.tid.to_string(), &parts).map_err(ApiError::internal)?;
-            let mut line = serde_json::to_vec(&b).map_err(ApiError::internal)?;
-            line.push(b'\n');
-            return Ok(Some(line));
-        }
-    }
+/// One line of a history stream: the render's bundle as JSON.
+async fn history_line(archive: Archive, domain: Domain, title: Title, at: Located) -> Result<Vec<u8>, ArchiveError> {
+    let entry = archive.content(&domain, &title, &at).await?;
+    let parts = StoredParts::parse(&entry.content).map_err(ArchiveError::internal)?;
+    let b = bundle(at.rev, &at.tid.to_string(), &parts).map_err(ArchiveError::internal)?;
+    let mut line = serde_json::to_vec(&b).map_err(ArchiveError::internal)?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// Hide a revision: never served again (forwarded by current-store's suppression).

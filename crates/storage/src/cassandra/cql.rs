@@ -231,11 +231,14 @@ pub(crate) fn read_statics(keyspace: &str, t: &TableDef, partition: &[Value], st
 }
 
 /// `SELECT DISTINCT token(pk), pk FROM t WHERE token(pk) > ? LIMIT ?` (or `= ?`).
-pub(crate) fn scan(keyspace: &str, t: &TableDef, same_token: bool) -> String {
+/// Partition keys (and the named static columns) in token order: at one
+/// token (`same_token`), or in `(?, ?]`; the limit bound last.
+pub(crate) fn scan(keyspace: &str, t: &TableDef, statics: &[&str], same_token: bool) -> String {
     let pk: Vec<String> = t.partition_key().map(|c| q(c.name)).collect();
     let token = format!("token({})", pk.join(", "));
-    let op = if same_token { "=" } else { ">" };
-    format!("SELECT DISTINCT {token}, {} FROM {} WHERE {token} {op} ? LIMIT ?", pk.join(", "), table_name(keyspace, t))
+    let columns: Vec<String> = pk.iter().cloned().chain(statics.iter().map(|s| q(s))).collect();
+    let range = if same_token { format!("{token} = ?") } else { format!("{token} > ? AND {token} <= ?") };
+    format!("SELECT DISTINCT {token}, {} FROM {} WHERE {range} LIMIT ?", columns.join(", "), table_name(keyspace, t))
 }
 
 /// `col = ? AND ...` for a condition, binding the expected values (null: unset).

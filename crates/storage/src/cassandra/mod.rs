@@ -37,7 +37,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, PurgeStats, ReadQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, Condition, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -428,20 +428,24 @@ impl Engine for CassandraEngine {
         Ok(CasOutcome { applied, current })
     }
 
-    async fn scan(&self, t: &'static TableDef, after: Option<(i64, Vec<Value>)>, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+    async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<ScannedPartition>> {
+        let t = query.table;
         let pk: Vec<&Column> = t.partition_key().collect();
+        let statics: Vec<&Column> = query.statics.iter().filter_map(|name| t.column(name)).collect();
+        let limit = query.limit;
         let mut out = Vec::new();
-        // Without a cursor, `token > MIN` misses nothing: no key hashes to the minimum token.
-        let mut from = i64::MIN;
-        if let Some((token, key)) = &after {
-            // Partitions sharing the cursor's token (a hash collision) come first.
-            let same = self.scan_page(&pk, &cql::scan(&self.keyspace, t, true), *token, limit + 1).await?;
-            out.extend(same.into_iter().filter(|p| cmp_keys(&p.key, key).is_gt()));
-            from = *token;
+        let mut from = query.range.after;
+        if let Some(after) = &query.after {
+            // Partitions sharing the position's token (a hash collision) come first.
+            let cql = cql::scan(&self.keyspace, t, &query.statics, true);
+            let same = self.scan_page(&pk, &statics, &cql, &[after.token], limit + 1).await?;
+            out.extend(same.into_iter().filter(|p| cmp_keys(&p.key, &after.key).is_gt()));
+            from = after.token;
         }
         let remaining = (limit as usize + 1).saturating_sub(out.len()) as u32;
-        if remaining > 0 {
-            out.extend(self.scan_page(&pk, &cql::scan(&self.keyspace, t, false), from, remaining).await?);
+        if remaining > 0 && from < query.range.through {
+            let cql = cql::scan(&self.keyspace, t, &query.statics, false);
+            out.extend(self.scan_page(&pk, &statics, &cql, &[from, query.range.through], remaining).await?);
         }
         out.sort_by(|a, b| a.token.cmp(&b.token).then_with(|| cmp_keys(&a.key, &b.key)));
         out.truncate(limit as usize + 1);
@@ -460,9 +464,17 @@ impl Engine for CassandraEngine {
 }
 
 impl CassandraEngine {
-    async fn scan_page(&self, pk: &[&Column], cql: &str, token: i64, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+    async fn scan_page(
+        &self,
+        pk: &[&Column],
+        statics: &[&Column],
+        cql: &str,
+        tokens: &[i64],
+        limit: u32,
+    ) -> StoreResult<Vec<ScannedPartition>> {
         let prepared = self.prepare(cql).await?;
-        let values: Vec<Option<CqlValue>> = vec![Some(CqlValue::BigInt(token)), Some(CqlValue::Int(limit.min(i32::MAX as u32) as i32))];
+        let mut values: Vec<Option<CqlValue>> = tokens.iter().map(|t| Some(CqlValue::BigInt(*t))).collect();
+        values.push(Some(CqlValue::Int(limit.min(i32::MAX as u32) as i32)));
         let result = self.session.execute_unpaged(&prepared, &values).await.map_err(execution_error)?;
         let rows = result.into_rows_result().map_err(|e| StoreError::Internal(e.to_string()))?;
         let mut out = Vec::new();
@@ -472,8 +484,10 @@ impl CassandraEngine {
                 Some(CqlValue::BigInt(t)) => t,
                 other => return Err(StoreError::Internal(format!("token() returned {other:?}"))),
             };
-            let key = pk.iter().zip(columns).map(|(c, v)| from_cql(c.ty, v)).collect::<StoreResult<Vec<_>>>()?;
-            out.push(ScannedPartition { token, key });
+            let key = pk.iter().zip(columns.by_ref()).map(|(c, v)| from_cql(c.ty, v)).collect::<StoreResult<Vec<_>>>()?;
+            let cells = statics.iter().zip(columns).map(|(c, v)| Ok((c.name, from_cql(c.ty, v)?))).collect::<StoreResult<Vec<_>>>()?;
+            let statics = (!cells.iter().all(|(_, v)| v.is_null())).then(|| Row::new(cells));
+            out.push(ScannedPartition { token, key, statics });
         }
         Ok(out)
     }

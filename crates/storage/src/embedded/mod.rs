@@ -31,7 +31,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, PurgeStats, ReadQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value};
 use writer::{Job, Writer};
@@ -239,9 +239,10 @@ impl Engine for EmbeddedEngine {
         self.submit(|reply| Job::Cas(cas, reply)).await
     }
 
-    async fn scan(&self, table: &'static TableDef, after: Option<(i64, Vec<Value>)>, limit: u32) -> StoreResult<Vec<ScannedPartition>> {
+    async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<ScannedPartition>> {
         let now = self.options.clock.now_micros();
-        self.with_reader(move |conn| query::scan_partitions(conn, table, after.as_ref(), limit, now)).await
+        let query = query.clone();
+        self.with_reader(move |conn| query::scan_partitions(conn, &query, now)).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -8,7 +8,7 @@ use rusqlite::{Connection, params_from_iter};
 
 use super::layout::{PID, ck_cols, exp_col, from_sql, partition_token, pk_cols, q, registry_table, regular_cols, static_cols, to_sql};
 use crate::error::StoreResult;
-use crate::ops::{ReadOrder, ReadQuery, ScannedPartition, Slice};
+use crate::ops::{ReadOrder, ReadQuery, ScanQuery, ScannedPartition, Slice};
 use crate::value::{Row, Value};
 
 /// SQL text with explicitly numbered parameters (`?1`, `?2`, ...), so a value
@@ -179,23 +179,22 @@ pub(crate) fn read_statics(conn: &Connection, t: &TableDef, partition: &[Value],
     Ok(if cells.iter().all(|(_, v)| v.is_null()) { None } else { Some(Row::new(cells)) })
 }
 
-/// Partitions with live data, in (token, key) order, after `after`.
-pub(crate) fn scan_partitions(
-    conn: &Connection,
-    t: &TableDef,
-    after: Option<&(i64, Vec<Value>)>,
-    limit: u32,
-    now: i64,
-) -> StoreResult<Vec<ScannedPartition>> {
+/// Partitions with live data in the query's token range, in (token, key)
+/// order, after its position, with the static columns it names.
+pub(crate) fn scan_partitions(conn: &Connection, query: &ScanQuery, now: i64) -> StoreResult<Vec<ScannedPartition>> {
+    let t = query.table;
     let pk = pk_cols(t);
     let pk_list = pk.iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+    let statics: Vec<&Column> = query.statics.iter().filter_map(|name| t.column(name)).collect();
     let mut sql = Sql::default();
     let now_p = sql.bind(SqlValue::Integer(now));
-    let after_cond = match after {
+    let after_p = sql.bind(SqlValue::Integer(query.range.after));
+    let through_p = sql.bind(SqlValue::Integer(query.range.through));
+    let after_cond = match &query.after {
         None => String::new(),
-        Some((token, key)) => {
-            let tp = sql.bind(SqlValue::Integer(*token));
-            let kp: Vec<String> = key.iter().map(|v| sql.bind(to_sql(v))).collect();
+        Some(position) => {
+            let tp = sql.bind(SqlValue::Integer(position.token));
+            let kp: Vec<String> = position.key.iter().map(|v| sql.bind(to_sql(v))).collect();
             format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", "))
         }
     };
@@ -207,9 +206,11 @@ pub(crate) fn scan_partitions(
         pid = q(PID)
     );
     let order: Vec<String> = std::iter::once("\"$token\"".to_owned()).chain(pk.iter().map(|c| q(c.name))).collect();
-    let limit_p = sql.bind(SqlValue::Integer(limit as i64 + 1));
+    let static_values: String = statics.iter().map(|c| format!(", {}", live_value(c, &now_p))).collect();
+    let limit_p = sql.bind(SqlValue::Integer(query.limit as i64 + 1));
     sql.push(&format!(
-        "SELECT \"$token\", {pk_list} FROM {} AS p WHERE ({} OR {has_live_row}){after_cond} ORDER BY {} LIMIT {limit_p}",
+        "SELECT \"$token\", {pk_list}{static_values} FROM {} AS p \
+         WHERE \"$token\" > {after_p} AND \"$token\" <= {through_p} AND ({} OR {has_live_row}){after_cond} ORDER BY {} LIMIT {limit_p}",
         q(&registry_table(t)),
         live_condition(&static_cols(t), false, &now_p),
         order.join(", ")
@@ -223,7 +224,12 @@ pub(crate) fn scan_partitions(
         for (i, c) in pk.iter().enumerate() {
             key.push(from_sql(c.ty, r.get_ref(i + 1)?)?);
         }
-        out.push(ScannedPartition { token, key });
+        let mut cells = Vec::with_capacity(statics.len());
+        for (i, c) in statics.iter().enumerate() {
+            cells.push((c.name, from_sql(c.ty, r.get_ref(1 + pk.len() + i)?)?));
+        }
+        let statics = (!cells.iter().all(|(_, v)| v.is_null())).then(|| Row::new(cells));
+        out.push(ScannedPartition { token, key, statics });
     }
     Ok(out)
 }
