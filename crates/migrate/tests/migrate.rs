@@ -5,7 +5,8 @@ use std::process::Command;
 
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_schema::version::OLD_STORE;
-use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedOptions, StorageSettings, Upsert, Value};
+use revstore_storage::testing::TestKeyspace;
+use revstore_storage::{EmbeddedOptions, StorageSettings, Upsert, Value};
 
 fn migrate(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_revstore-migrate"));
@@ -79,19 +80,14 @@ fn an_unreachable_cluster_exits_69() {
 #[test]
 #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
 fn cassandra_migration_is_safe_to_run_twice() {
-    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
-    let keyspace = format!("migrate_{}", std::process::id());
-    let args = ["--cassandra", node.as_str(), "--keyspace", keyspace.as_str()];
+    let keyspace = TestKeyspace::new("migrate");
+    let args = ["--cassandra", keyspace.node(), "--keyspace", keyspace.name()];
     let (code, said) = migrate(&args, &[]);
     assert_eq!(code, 0, "{said}");
     assert!(said.contains(&format!("cassandra: old-store: created schema version {}", OLD_STORE.version)), "{said}");
     let (code, said) = migrate(&args, &[]);
     assert_eq!(code, 0, "{said}");
     assert!(said.contains(&format!("old-store: schema already at version {}", OLD_STORE.version)), "{said}");
-    runtime().block_on(async {
-        let engine = CassandraEngine::connect(CassandraOptions::new([node.clone()], keyspace.clone())).await.expect("connect");
-        engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
-    });
 }
 
 fn runtime() -> tokio::runtime::Runtime {

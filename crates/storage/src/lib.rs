@@ -18,6 +18,7 @@
 //! - [`clock`]: injectable time, so TTL behaviour is tested without sleeping.
 //! - [`conformance`]: the behaviour every engine must show, as a test suite that
 //!   each engine's tests instantiate with [`conformance_suite!`].
+//! - [`testing`]: a Cassandra keyspace of a test's own, dropped even when it fails.
 
 pub mod cassandra;
 pub mod clock;
@@ -28,6 +29,7 @@ pub mod migrate;
 pub mod open;
 pub mod ops;
 pub mod store;
+pub mod testing;
 pub mod value;
 
 pub use cassandra::{CassandraEngine, CassandraOptions};

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use revstore_service::{BoxError, ServiceArgs, Shutdown};
+use revstore_storage::testing::TestKeyspace;
 
 /// The storage engine a test runs a service on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,8 @@ pub struct Service {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
     pub dir: Option<tempfile::TempDir>,
-    /// The Cassandra keyspace to drop when the test ends.
-    keyspace: Option<(String, String)>,
+    /// The Cassandra keyspace, dropped with the service (also when the test fails).
+    keyspace: Option<TestKeyspace>,
 }
 
 /// How a test starts one service: its command line (program name first) and
@@ -71,25 +72,16 @@ pub async fn start_on(engine: Engine, program: &str, token: &str, extra: &[&str]
             service
         }
         Engine::Cassandra => {
-            let node =
-                std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA must name the Cassandra node to test against");
-            let keyspace = format!("{}_{}", program.trim_start_matches("revstore-").replace('-', "_"), unique_suffix());
+            let keyspace = TestKeyspace::new(program.trim_start_matches("revstore-"));
             let dir = tempfile::tempdir().expect("tempdir");
-            let mut args = vec!["--cassandra", node.as_str(), "--keyspace", keyspace.as_str(), "--migrate-on-start", "true"];
+            let mut args = vec!["--cassandra", keyspace.node(), "--keyspace", keyspace.name(), "--migrate-on-start", "true"];
             args.extend_from_slice(extra);
             let mut service = start_in(dir.path(), program, token, &args, launch).await;
             service.dir = Some(dir);
-            service.keyspace = Some((node.clone(), keyspace));
+            service.keyspace = Some(keyspace);
             service
         }
     }
-}
-
-fn unique_suffix() -> String {
-    format!(
-        "{:x}",
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0) & 0xffff_ffff_ffff
-    )
 }
 
 /// Starts a service on the embedded engine in `data_dir` (or, with
@@ -139,25 +131,6 @@ impl Drop for Service {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
-        }
-        if let Some((node, keyspace)) = self.keyspace.take() {
-            // Drop runs on a runtime thread: drop the keyspace from another one.
-            let handle = tokio::runtime::Handle::current();
-            std::thread::spawn(move || {
-                handle.block_on(async {
-                    let engine =
-                        revstore_storage::CassandraEngine::connect(revstore_storage::CassandraOptions::new([node], keyspace.clone()))
-                            .await
-                            .expect("connect");
-                    engine
-                        .session()
-                        .query_unpaged(format!("DROP KEYSPACE IF EXISTS \"{keyspace}\""), ())
-                        .await
-                        .expect("drop the test keyspace");
-                })
-            })
-            .join()
-            .expect("keyspace cleanup");
         }
     }
 }

@@ -18,7 +18,8 @@ use rand::seq::SliceRandom;
 use revstore_current_store::pages::{Pages, Preconditions};
 use revstore_current_store::render::{RenderBody, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
-use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
+use revstore_storage::testing::TestKeyspace;
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
 
 const REVISIONS: u64 = 6;
 const RENDERS_PER_REVISION: u64 = 3;
@@ -127,16 +128,13 @@ async fn precedence_holds_in_any_order_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
 async fn precedence_holds_in_any_order_cassandra() {
-    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
-    let keyspace = format!("current_{}", std::process::id());
-    let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
-    let store = Store::new(engine.clone());
+    let keyspace = TestKeyspace::new("current");
+    let store = Store::new(Arc::new(keyspace.connect().await));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = pages_over(store);
     for trial in 0..6 {
         replay(&pages, &Title::parse(&format!("Trial {trial}"), TitleRules::default()).expect("title")).await;
     }
-    engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +189,8 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
 #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
 async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     // Real time on a real cluster: a grace period of four seconds.
-    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA names the node");
-    let keyspace = format!("grace_{}", std::process::id());
-    let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace.clone())).await.expect("connect"));
-    let store = Store::new(engine.clone());
+    let keyspace = TestKeyspace::new("grace");
+    let store = Store::new(Arc::new(keyspace.connect().await));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     let pages = Pages { store, grace: Duration::from_secs(4), hand_off: false, notify_graph: false };
     let (domain, title) =
@@ -218,5 +214,4 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     tokio::time::sleep(Duration::from_millis(4500)).await;
     assert_eq!(by_tid(r1).await, None, "superseded render kept past the grace period");
     assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r2), "the latest render never expires");
-    engine.session().query_unpaged(format!("DROP KEYSPACE \"{keyspace}\""), ()).await.expect("drop the test keyspace");
 }

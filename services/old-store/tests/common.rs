@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
+use revstore_storage::testing::TestKeyspace;
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, Store};
 pub use revstore_test_service::{Engine, Service};
 use revstore_test_service::{StopSignal, spawn_parsed};
 
@@ -29,23 +30,7 @@ pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
 /// Keeps a test store's data alive, and removes it when dropped.
 pub enum StoreGuard {
     Dir(tempfile::TempDir),
-    Keyspace(Arc<CassandraEngine>),
-}
-
-impl Drop for StoreGuard {
-    fn drop(&mut self) {
-        if let StoreGuard::Keyspace(engine) = self {
-            let engine = engine.clone();
-            let handle = tokio::runtime::Handle::current();
-            // Drop runs on a runtime thread: block on another one.
-            std::thread::spawn(move || {
-                let drop_keyspace = format!("DROP KEYSPACE IF EXISTS \"{}\"", engine.keyspace());
-                handle.block_on(engine.session().query_unpaged(drop_keyspace, ())).expect("drop the test keyspace");
-            })
-            .join()
-            .expect("keyspace cleanup");
-        }
-    }
+    Keyspace(TestKeyspace),
 }
 
 /// A store with the schema in place, for tests below the HTTP API.
@@ -59,12 +44,10 @@ pub async fn store_on(engine: Engine) -> (Store, StoreGuard) {
             (store, StoreGuard::Dir(dir))
         }
         Engine::Cassandra => {
-            let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
-            let keyspace = format!("old_store_lib_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-            let engine = Arc::new(CassandraEngine::connect(CassandraOptions::new([node], keyspace)).await.expect("connect"));
-            let store = Store::new(engine.clone());
+            let keyspace = TestKeyspace::new("old_store_lib");
+            let store = Store::new(Arc::new(keyspace.connect().await));
             store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-            (store, StoreGuard::Keyspace(engine))
+            (store, StoreGuard::Keyspace(keyspace))
         }
     }
 }

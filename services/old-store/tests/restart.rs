@@ -8,24 +8,22 @@ use std::time::{Duration, Instant};
 
 use process::Running;
 use revstore_keys::Tid;
+use revstore_storage::testing::TestKeyspace;
 use revstore_test_service::Engine;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "old-store-restart-token";
 
 /// Where the binary keeps its data: a directory, and on Cassandra a keyspace
-/// of the test's own (dropped at the end).
+/// of the test's own (dropped with it, also when the test fails).
 struct Storage {
     dir: tempfile::TempDir,
-    cassandra: Option<(String, String)>,
+    cassandra: Option<TestKeyspace>,
 }
 
 impl Storage {
     fn new(engine: Engine) -> Storage {
-        let cassandra = (engine == Engine::Cassandra).then(|| {
-            let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
-            (node, format!("old_store_restart_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]))
-        });
+        let cassandra = (engine == Engine::Cassandra).then(|| TestKeyspace::new("old_store_restart"));
         Storage { dir: tempfile::tempdir().expect("tempdir"), cassandra }
     }
 
@@ -33,19 +31,12 @@ impl Storage {
     fn start(&self, extra: &[&str]) -> Running {
         let mut args: Vec<String> =
             ["--data-dir", self.dir.path().to_str().expect("utf-8"), "--write-tokens", TOKEN].map(String::from).to_vec();
-        if let Some((node, keyspace)) = &self.cassandra {
-            args.extend(["--cassandra", node, "--keyspace", keyspace, "--migrate-on-start", "true"].map(String::from));
+        if let Some(keyspace) = &self.cassandra {
+            args.extend(["--cassandra", keyspace.node(), "--keyspace", keyspace.name(), "--migrate-on-start", "true"].map(String::from));
         }
         args.extend(["--body-limit-bytes", "40000000"].map(String::from));
         args.extend(extra.iter().map(|s| s.to_string()));
         Running::start(&args)
-    }
-
-    async fn drop_keyspace(&self) {
-        let Some((node, keyspace)) = &self.cassandra else { return };
-        let options = revstore_storage::CassandraOptions::new([node.clone()], keyspace.clone());
-        let engine = revstore_storage::CassandraEngine::connect(options).await.expect("connect");
-        engine.session().query_unpaged(format!("DROP KEYSPACE IF EXISTS \"{keyspace}\""), ()).await.expect("drop the test keyspace");
     }
 }
 
@@ -110,8 +101,6 @@ async fn a_killed_old_store_compacts_what_it_owed_after_restart_without_a_new_wr
             assert!(read.text().await.expect("body") == *h, "{title} revision {} reads back different", i + 1);
         }
     }
-    drop(s);
-    storage.drop_keyspace().await;
 }
 
 async fn sigterm_stops_a_long_compaction_promptly_and_keeps_its_debt(engine: Engine) {
@@ -144,8 +133,6 @@ async fn sigterm_stops_a_long_compaction_promptly_and_keeps_its_debt(engine: Eng
     );
     let read = http.get(s.url("/en.wikipedia.org/v1/archive/html/Large/2")).send().await.expect("send");
     assert!(read.text().await.expect("body") == large[1]);
-    drop(s);
-    storage.drop_keyspace().await;
 }
 
 revstore_test_service::on_both_engines!(

@@ -1,0 +1,62 @@
+//! For tests against a real Cassandra: a keyspace of the test's own.
+
+use crate::cassandra::{CassandraEngine, CassandraOptions};
+
+/// A uniquely named keyspace on the node `REVSTORE_TEST_CASSANDRA` names,
+/// dropped when the guard is — when the test ends, and when it fails too
+/// (drop runs while a panic unwinds).
+#[derive(Debug)]
+pub struct TestKeyspace {
+    node: String,
+    name: String,
+}
+
+impl TestKeyspace {
+    /// Panics, saying what to set, when `REVSTORE_TEST_CASSANDRA` is not set:
+    /// a Cassandra test without a Cassandra cannot say anything.
+    pub fn new(prefix: &str) -> TestKeyspace {
+        let node = std::env::var("REVSTORE_TEST_CASSANDRA")
+            .expect("REVSTORE_TEST_CASSANDRA must name the Cassandra node to test against (scripts/test starts one)");
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        TestKeyspace { node, name: format!("{}_{}", prefix.replace('-', "_"), &suffix[..12]) }
+    }
+
+    /// `host:port` of the node.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn options(&self) -> CassandraOptions {
+        CassandraOptions::new([self.node.clone()], self.name.clone())
+    }
+
+    /// An engine on this keyspace (created on first use of the schema).
+    pub async fn connect(&self) -> CassandraEngine {
+        CassandraEngine::connect(self.options()).await.unwrap_or_else(|e| panic!("cannot reach Cassandra at {}: {e}", self.node))
+    }
+}
+
+impl Drop for TestKeyspace {
+    fn drop(&mut self) {
+        let (options, name) = (self.options(), self.name.clone());
+        // A runtime of its own on a thread of its own: drop may run inside a
+        // runtime (which cannot block) or outside any.
+        let dropped = std::thread::spawn(move || -> Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let engine = CassandraEngine::connect(options).await.map_err(|e| e.to_string())?;
+                engine.session().query_unpaged(format!("DROP KEYSPACE IF EXISTS \"{name}\""), ()).await.map_err(|e| e.to_string())?;
+                Ok(())
+            })
+        })
+        .join();
+        // Never panic here: a panic while a failed test unwinds aborts the run.
+        if let Ok(Err(e)) | Err(e) = dropped.map_err(|_| "the cleanup thread panicked".to_owned()) {
+            eprintln!("could not drop the test keyspace {}: {e}", self.name);
+        }
+    }
+}
