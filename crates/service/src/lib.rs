@@ -42,7 +42,9 @@ pub use access::{Access, WriteAccess};
 pub use launch::{BoxError, ServiceArgs, Shutdown, open_store, service_main};
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};
-pub use settings::{CommonArgs, Secret, ServiceSettings, SettingsError, exit_on_settings_error, parse_args_or_exit, parse_from_or_exit};
+pub use settings::{
+    CommonArgs, Secret, ServiceSettings, SettingsError, StorageArgs, exit_on_settings_error, parse_args_or_exit, parse_from_or_exit,
+};
 
 /// Whether a request's `If-None-Match` names `etag` (or is `*`): the answer is
 /// then 304. Weak validators compare as strong ones (renders never change).

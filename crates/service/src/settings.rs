@@ -44,13 +44,11 @@ impl FromStr for Secret {
     }
 }
 
-/// The settings shared by every service; each service's own `Args` flattens this.
+/// Where the data lives: the embedded engine's directory, or a Cassandra
+/// cluster. One parser and one set of names for every service, revstore-migrate
+/// and the janitor.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CommonArgs {
-    /// Address and port to listen on (default: the service's own port on 0.0.0.0).
-    #[arg(long, env = "REVSTORE_LISTEN")]
-    pub listen: Option<SocketAddr>,
-
+pub struct StorageArgs {
     /// Directory of the embedded storage engine, used when no Cassandra is given.
     #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
@@ -64,11 +62,11 @@ pub struct CommonArgs {
     pub keyspace: String,
 
     /// Local datacenter: requests go there, LOCAL_* consistency counts there.
-    #[arg(long, env = "REVSTORE_CASSANDRA_DATACENTER")]
+    #[arg(long, alias = "datacenter", env = "REVSTORE_CASSANDRA_DATACENTER")]
     pub cassandra_datacenter: Option<String>,
 
     /// Replication of a keyspace that has to be created: `3`, or `eqiad:3,codfw:3`.
-    #[arg(long, env = "REVSTORE_CASSANDRA_REPLICATION", default_value = "1")]
+    #[arg(long, alias = "replication", env = "REVSTORE_CASSANDRA_REPLICATION", default_value = "1")]
     pub cassandra_replication: Replication,
 
     /// Consistency of reads and writes: one, local_one, quorum, local_quorum, each_quorum, all.
@@ -76,16 +74,49 @@ pub struct CommonArgs {
     pub cassandra_consistency: Consistency,
 
     /// Cassandra user name (with --cassandra-password-file).
-    #[arg(long, env = "REVSTORE_CASSANDRA_USERNAME")]
+    #[arg(long, alias = "username", env = "REVSTORE_CASSANDRA_USERNAME")]
     pub cassandra_username: Option<String>,
 
     /// File holding the Cassandra password.
-    #[arg(long, env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
+    #[arg(long, alias = "password-file", env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
     pub cassandra_password_file: Option<PathBuf>,
 
     /// Seconds a storage request may take before it fails as unavailable.
     #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
     pub storage_timeout_secs: u64,
+}
+
+impl StorageArgs {
+    /// The storage settings, with the password file read.
+    pub fn resolve(&self) -> Result<StorageSettings, SettingsError> {
+        if self.cassandra.is_empty() {
+            return Ok(StorageSettings::Embedded { data_dir: self.data_dir.clone(), options: EmbeddedOptions::default() });
+        }
+        let mut options = CassandraOptions::new(self.cassandra.clone(), self.keyspace.clone());
+        options.datacenter = self.cassandra_datacenter.clone();
+        options.replication = self.cassandra_replication.clone();
+        options.consistency = self.cassandra_consistency;
+        options.request_timeout = Duration::from_secs(self.storage_timeout_secs.max(1));
+        options.credentials = match (&self.cassandra_username, &self.cassandra_password_file) {
+            (Some(user), Some(file)) => {
+                Some((user.clone(), read_secret_file(file, "Cassandra password")?.trim_end_matches(['\n', '\r']).to_owned()))
+            }
+            (None, None) => None,
+            _ => return Err(SettingsError("--cassandra-username and --cassandra-password-file go together".into())),
+        };
+        Ok(StorageSettings::Cassandra(options))
+    }
+}
+
+/// The settings shared by every service; each service's own `Args` flattens this.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Address and port to listen on (default: the service's own port on 0.0.0.0).
+    #[arg(long, env = "REVSTORE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    #[command(flatten)]
+    pub storage: StorageArgs,
 
     /// Bearer tokens that may write, comma-separated (rotate by listing old and new).
     #[arg(long, env = "REVSTORE_WRITE_TOKENS", value_delimiter = ',', hide_env_values = true)]
@@ -210,23 +241,7 @@ impl CommonArgs {
     /// Reads the files the settings name and checks what can be checked
     /// without reaching the storage.
     pub fn resolve(&self, default_port: u16) -> Result<ServiceSettings, SettingsError> {
-        let storage = if self.cassandra.is_empty() {
-            StorageSettings::Embedded { data_dir: self.data_dir.clone(), options: EmbeddedOptions::default() }
-        } else {
-            let mut options = CassandraOptions::new(self.cassandra.clone(), self.keyspace.clone());
-            options.datacenter = self.cassandra_datacenter.clone();
-            options.replication = self.cassandra_replication.clone();
-            options.consistency = self.cassandra_consistency;
-            options.request_timeout = Duration::from_secs(self.storage_timeout_secs.max(1));
-            options.credentials = match (&self.cassandra_username, &self.cassandra_password_file) {
-                (Some(user), Some(file)) => {
-                    Some((user.clone(), read_secret_file(file, "Cassandra password")?.trim_end_matches(['\n', '\r']).to_owned()))
-                }
-                (None, None) => None,
-                _ => return Err(SettingsError("--cassandra-username and --cassandra-password-file go together".into())),
-            };
-            StorageSettings::Cassandra(options)
-        };
+        let storage = self.storage.resolve()?;
         let write = tokens(&self.write_tokens, self.write_tokens_file.as_ref(), "write token")?;
         let read = tokens(&self.read_tokens, self.read_tokens_file.as_ref(), "read token")?;
         let page_token_key = match &self.page_token_key_file {
