@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderValue, StatusCode, header};
 use revstore_schema::Component;
-use revstore_storage::{EngineKind, Store, StoreError};
+use revstore_storage::{Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -69,8 +69,7 @@ impl Platform {
             Some(key) => store.with_page_token_key(key.expose().as_bytes()),
             None => store,
         };
-        let purge_interval = settings.purge_interval;
-        let platform = Platform {
+        Platform {
             inner: Arc::new(PlatformInner {
                 service: schema.name,
                 schema,
@@ -81,13 +80,7 @@ impl Platform {
                 stop_workers: CancellationToken::new(),
                 workers: std::sync::Mutex::new(Vec::new()),
             }),
-        };
-        // Cassandra drops expired data in compaction; the embedded engine is told to.
-        if let (Some(interval), EngineKind::Embedded) = (purge_interval, platform.store().kind()) {
-            let store = platform.store().clone();
-            platform.spawn_worker("purge", move |stop| purge_expired_every(store, interval, stop));
         }
-        platform
     }
 
     pub fn service(&self) -> &'static str {
@@ -156,30 +149,6 @@ async fn refuse_encoded_bodies(request: axum::extract::Request, next: axum::midd
 
 /// Purges expired rows and tombstones every `interval`, so TTLs free disk space
 /// on the embedded engine while the service runs.
-async fn purge_expired_every(store: Store, interval: Duration, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
-        }
-        match store.purge_expired().await {
-            Ok(stats) => {
-                metrics::counter!("storage_purged_rows_total", "engine" => store.kind().name()).increment(stats.rows);
-                metrics::counter!("storage_purged_tombstones_total", "engine" => store.kind().name()).increment(stats.tombstones);
-                if stats.rows > 0 || stats.tombstones > 0 {
-                    tracing::info!(
-                        rows = stats.rows,
-                        tombstones = stats.tombstones,
-                        bytes_freed = stats.bytes_freed,
-                        "purged expired data"
-                    );
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "purging expired data failed"),
-        }
-    }
-}
-
 fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let message =
         panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("(no message)");

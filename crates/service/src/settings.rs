@@ -84,13 +84,21 @@ pub struct StorageArgs {
     /// Seconds a storage request may take before it fails as unavailable.
     #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
     pub storage_timeout_secs: u64,
+
+    /// Embedded engine: seconds between its purges of expired data (0: never; the janitor can).
+    #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = 600)]
+    pub purge_interval_secs: u64,
 }
 
 impl StorageArgs {
     /// The storage settings, with the password file read.
     pub fn resolve(&self) -> Result<StorageSettings, SettingsError> {
         if self.cassandra.is_empty() {
-            return Ok(StorageSettings::Embedded { data_dir: self.data_dir.clone(), options: EmbeddedOptions::default() });
+            let purge_interval = (self.purge_interval_secs > 0).then(|| Duration::from_secs(self.purge_interval_secs));
+            return Ok(StorageSettings::Embedded {
+                data_dir: self.data_dir.clone(),
+                options: EmbeddedOptions { purge_interval, ..EmbeddedOptions::default() },
+            });
         }
         let mut options = CassandraOptions::new(self.cassandra.clone(), self.keyspace.clone());
         options.datacenter = self.cassandra_datacenter.clone();
@@ -168,10 +176,6 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
     pub drain_timeout_secs: u64,
 
-    /// Embedded engine: seconds between purges of expired data (0: never; the janitor can).
-    #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = 600)]
-    pub purge_interval_secs: u64,
-
     /// Create the schema at start (default: yes on the embedded engine, no on
     /// Cassandra, where `revstore-migrate` does it once).
     #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
@@ -208,8 +212,6 @@ pub struct ServiceSettings {
     pub body_limit: usize,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
-    /// Embedded engine only: how often expired data is purged (`None`: never).
-    pub purge_interval: Option<Duration>,
     /// Create the schema at start.
     pub migrate_on_start: bool,
     /// How titles are normalised.
@@ -267,7 +269,6 @@ impl CommonArgs {
             body_limit: self.body_limit_bytes,
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),
-            purge_interval: (self.purge_interval_secs > 0).then(|| Duration::from_secs(self.purge_interval_secs)),
             migrate_on_start: self.migrate_on_start.unwrap_or(matches!(storage, StorageSettings::Embedded { .. })),
             titles: TitleRules {
                 first_letter: if self.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper },

@@ -59,6 +59,9 @@ pub struct EmbeddedOptions {
     /// SQLite page cache per connection, in KiB.
     pub cache_kib: u32,
     pub clock: Arc<dyn Clock>,
+    /// How often the engine itself purges expired data and old tombstones
+    /// from disk (Cassandra does it in compaction); `None`: only when asked.
+    pub purge_interval: Option<Duration>,
 }
 
 impl Default for EmbeddedOptions {
@@ -70,6 +73,7 @@ impl Default for EmbeddedOptions {
             max_group: 256,
             cache_kib: 32 * 1024,
             clock: Arc::new(SystemClock),
+            purge_interval: None,
         }
     }
 }
@@ -144,6 +148,7 @@ impl EmbeddedEngine {
             max_group: options.max_group.max(1),
             db_path: db_path.clone(),
             last_ts: i64::MIN,
+            purge_interval: options.purge_interval,
         };
         let handle = std::thread::Builder::new()
             .name("revstore-sqlite-writer".into())

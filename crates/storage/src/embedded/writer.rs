@@ -50,11 +50,29 @@ pub(crate) struct Writer {
     pub db_path: PathBuf,
     /// The last write timestamp handed out, so default timestamps never repeat.
     pub last_ts: i64,
+    /// How often to purge expired data between jobs.
+    pub purge_interval: Option<std::time::Duration>,
 }
 
 impl Writer {
     pub fn run(mut self, jobs: Receiver<Job>) {
-        while let Ok(first) = jobs.recv() {
+        let mut next_purge = self.purge_interval.map(|i| std::time::Instant::now() + i);
+        loop {
+            let first = match next_purge {
+                None => match jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+                Some(due) => match jobs.recv_timeout(due.saturating_duration_since(std::time::Instant::now())) {
+                    Ok(job) => job,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        self.purge_and_report();
+                        next_purge = self.purge_interval.map(|i| std::time::Instant::now() + i);
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+            };
             let mut group = vec![first];
             while group.len() < self.max_group {
                 match jobs.try_recv() {
@@ -653,6 +671,26 @@ impl Writer {
             }
         }
         Ok(CasOutcome { applied: true, current: None })
+    }
+
+    /// A purge on the engine's own schedule: counted and logged here, as
+    /// nobody waits for its answer.
+    fn purge_and_report(&mut self) {
+        match self.purge() {
+            Ok(stats) => {
+                metrics::counter!("storage_purged_rows_total", "engine" => "embedded").increment(stats.rows);
+                metrics::counter!("storage_purged_tombstones_total", "engine" => "embedded").increment(stats.tombstones);
+                if stats.rows > 0 || stats.tombstones > 0 {
+                    tracing::info!(
+                        rows = stats.rows,
+                        tombstones = stats.tombstones,
+                        bytes_freed = stats.bytes_freed,
+                        "purged expired data"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "purging expired data failed"),
+        }
     }
 
     fn purge(&mut self) -> StoreResult<PurgeStats> {
