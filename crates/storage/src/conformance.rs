@@ -153,6 +153,7 @@ macro_rules! conformance_suite {
             batches_are_all_or_nothing,
             scans_visit_every_partition_exactly_once,
             token_range_scans_resume_from_plain_positions_with_statics,
+            a_read_without_a_limit_never_loads_a_large_partition_whole,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
             bad_requests_change_nothing,
@@ -816,4 +817,22 @@ pub async fn token_range_scans_resume_from_plain_positions_with_statics(s: &Subj
     let bad = s.store.scan_range(&ScanQuery::new(&MIXED, 10).range(TokenRange::split(2)[1]).after(Some(outside))).await;
     assert!(matches!(bad, Err(StoreError::Invalid(_))), "a position outside the range: {bad:?}");
     assert!("zz".parse::<ScanPosition>().is_err() && "00".parse::<ScanPosition>().is_err());
+}
+
+pub async fn a_read_without_a_limit_never_loads_a_large_partition_whole(s: &Subject) {
+    let store = s.store.clone().with_unbounded_read_cap(5);
+    for i in 0..6 {
+        store.write(Upsert::new(&MIXED, [text("wide"), int(i), text("x")]).set("v", "row")).await.expect("write");
+    }
+    match store.read(&ReadQuery::new(&MIXED, [text("wide")])).await {
+        Err(StoreError::Internal(msg)) => assert!(msg.contains("without a limit found more than 5 rows"), "{msg}"),
+        other => panic!("an unbounded read of 6 rows under a cap of 5: {other:?}"),
+    }
+    // With a limit it pages, and the stream walks it all.
+    assert_eq!(store.read(&ReadQuery::new(&MIXED, [text("wide")]).limit(4)).await.expect("read").rows.len(), 4);
+    let all: Vec<Row> = store.rows(ReadQuery::new(&MIXED, [text("wide")]).limit(4)).try_collect().await.expect("stream");
+    assert_eq!(all.len(), 6);
+    // Under the cap, a read without a limit answers as before.
+    store.write(Delete::row(&MIXED, [text("wide")], [int(0), text("x")])).await.expect("delete");
+    assert_eq!(store.read(&ReadQuery::new(&MIXED, [text("wide")])).await.expect("read").rows.len(), 5);
 }

@@ -76,6 +76,8 @@ pub trait Engine: Send + Sync + Debug {
 pub struct Store {
     engine: Arc<dyn Engine>,
     tokens: PageTokenCodec,
+    /// The most rows a read without a limit may find (see [`Store::read`]).
+    unbounded_read_cap: u32,
     /// Whether the last write found the storage full (shared by clones).
     full: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -84,9 +86,20 @@ pub struct Store {
 /// tamper-evident against accidental edits, not against a determined forger.
 const DEFAULT_PAGE_TOKEN_KEY: &[u8] = b"revstore page tokens v1";
 
+/// The most rows a read without a limit may find before it fails instead of
+/// loading them all: a partition of millions of rows is paged
+/// ([`Store::rows`]), never loaded whole by accident.
+pub const UNBOUNDED_READ_CAP: u32 = 10_000;
+
 impl Store {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY), full: Arc::default() }
+        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY), unbounded_read_cap: UNBOUNDED_READ_CAP, full: Arc::default() }
+    }
+
+    /// Lowers (or raises) the cap on reads without a limit; for tests.
+    pub fn with_unbounded_read_cap(mut self, cap: u32) -> Self {
+        self.unbounded_read_cap = cap.max(1);
+        self
     }
 
     /// Signs page tokens with `key` (shared by all replicas of a service).
@@ -188,7 +201,20 @@ impl Store {
             }
             None => None,
         };
-        let (mut rows, statics) = self.timed("read", self.engine.read(query, after)).await?;
+        let (mut rows, statics) = match query.limit {
+            Some(_) => self.timed("read", self.engine.read(query, after)).await?,
+            None => {
+                let capped = ReadQuery { limit: Some(self.unbounded_read_cap), ..query.clone() };
+                let (rows, statics) = self.timed("read", self.engine.read(&capped, after)).await?;
+                if rows.len() > self.unbounded_read_cap as usize {
+                    return Err(StoreError::Internal(format!(
+                        "a read of {} without a limit found more than {} rows: give it a limit and page it (Store::rows)",
+                        query.table.name, self.unbounded_read_cap
+                    )));
+                }
+                (rows, statics)
+            }
+        };
         let mut next = None;
         if let Some(limit) = query.limit
             && rows.len() > limit as usize

@@ -19,11 +19,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
 use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
+
+/// Grace-period renders read per page.
+const GRACE_PAGE: u32 = 1000;
 use crate::render::{RenderBody, RenderId, StoredParts};
 
 /// Outbox rows are spread over this many partitions.
@@ -264,10 +268,16 @@ impl Pages {
             .set("attempts", 0i64)
     }
 
+    /// Every grace-period render a query finds, a page at a time (a page
+    /// re-rendered all day can hold thousands).
+    async fn grace_renders(&self, query: ReadQuery) -> Result<Vec<Row>, PagesError> {
+        Ok(self.store.rows(query.limit(GRACE_PAGE)).try_collect().await?)
+    }
+
     /// The renders held for a title, newest first.
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
         let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns(["tid"])).await?.rows;
-        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
+        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
         let mut held: Vec<(RenderId, &'static str)> = Vec::new();
         for row in &current {
             held.push((render_id(row)?, "current"));
@@ -293,7 +303,7 @@ impl Pages {
 
     /// Removes all of a page's content held here.
     pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
-        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title))).await?.rows;
+        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
         let [d, t] = key(domain, title);
         let mut writes: Vec<Write> =
             vec![Delete::partition(&CURRENT, [d.clone(), t.clone()]).into(), Delete::partition(&RENDERS, [d.clone(), t.clone()]).into()];
@@ -314,7 +324,7 @@ impl Pages {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-        let grace = self.store.read(&ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?.rows;
+        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?;
         let mut writes: Vec<Write> = vec![
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set("suppressed_at", Value::Timestamp(now_ms)).into(),
             Delete::row(&CURRENT, [d.clone(), t.clone()], [r.clone()]).into(),

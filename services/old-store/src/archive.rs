@@ -650,9 +650,9 @@ impl Archive {
 
     /// The revisions of a title that are suppressed.
     pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ArchiveError> {
-        let page =
-            self.inner.store.read(&ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns(["suppressed_at"])).await?;
-        Ok(page.rows.iter().filter_map(|r| r.bigint("rev")).map(|r| r as u64).collect())
+        let rows =
+            self.inner.store.rows(ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns(["suppressed_at"]).limit(1000));
+        Ok(rows.try_filter_map(|r| std::future::ready(Ok(r.bigint("rev").map(|rev| rev as u64)))).try_collect().await?)
     }
 
     // ---- compaction ------------------------------------------------------

@@ -48,7 +48,9 @@ pub struct Args {
     pub archive_policy: UpdatePolicy,
 
     /// A block is sealed when it holds this many revisions...
-    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// (At most 10,000: a block's rows are read in one go, under the store's
+    /// cap on reads without a limit.)
+    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub block_max_revisions: u64,
 
     /// ...or when the next revision would take it past this many raw bytes.
