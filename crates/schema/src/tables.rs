@@ -179,6 +179,32 @@ pub mod current_store {
 pub mod old_store {
     use super::*;
 
+    /// The column names of old-store's tables, declared once: code that names
+    /// a column through these cannot misspell it.
+    pub mod col {
+        pub const DOMAIN: &str = "domain";
+        pub const TITLE: &str = "title";
+        pub const REV: &str = "rev";
+        pub const TID: &str = "tid";
+        pub const REV_COUNT: &str = "rev_count";
+        pub const OPEN_BLOCK: &str = "open_block";
+        pub const OPEN_BLOCK_REVISIONS: &str = "open_block_revisions";
+        pub const OPEN_BLOCK_BYTES: &str = "open_block_bytes";
+        pub const LAST_TID: &str = "last_tid";
+        pub const BLOCK: &str = "block";
+        pub const SLOT: &str = "slot";
+        pub const SEALED: &str = "sealed";
+        pub const COMPACTED_THROUGH: &str = "compacted_through";
+        pub const COMPACTED_LEVEL: &str = "compacted_level";
+        pub const FIRST_SLOT: &str = "first_slot";
+        pub const BASE_BLOCK: &str = "base_block";
+        pub const BASE_SLOT: &str = "base_slot";
+        pub const CONTENT: &str = "content";
+        pub const SUPPRESSED_AT: &str = "suppressed_at";
+        pub const SHARD: &str = "shard";
+        pub const APPENDED_AT: &str = "appended_at";
+    }
+
     /// One skinny row per archived render, naming the block and the slot (the
     /// append position in the title's history) that hold it. The statics are
     /// the per-title allocation state, advanced only by a lightweight
@@ -186,17 +212,17 @@ pub mod old_store {
     pub static ARCHIVE_META: TableDef = TableDef {
         name: "archive_meta",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::clustering("rev", BigInt, Order::Asc),
-            C::clustering("tid", TimeUuid, Order::Asc),
-            C::statik("rev_count", BigInt),
-            C::statik("open_block", BigInt),
-            C::statik("open_block_revisions", BigInt),
-            C::statik("open_block_bytes", BigInt),
-            C::statik("last_tid", TimeUuid),
-            C::regular("block", BigInt),
-            C::regular("slot", BigInt),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Asc),
+            C::clustering(col::TID, TimeUuid, Order::Asc),
+            C::statik(col::REV_COUNT, BigInt),
+            C::statik(col::OPEN_BLOCK, BigInt),
+            C::statik(col::OPEN_BLOCK_REVISIONS, BigInt),
+            C::statik(col::OPEN_BLOCK_BYTES, BigInt),
+            C::statik(col::LAST_TID, TimeUuid),
+            C::regular(col::BLOCK, BigInt),
+            C::regular(col::SLOT, BigInt),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
@@ -210,19 +236,19 @@ pub mod old_store {
     pub static ARCHIVE_BLOCKS: TableDef = TableDef {
         name: "archive_blocks",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::partition("block", BigInt),
-            C::clustering("slot", BigInt, Order::Asc),
-            C::clustering("tid", TimeUuid, Order::Asc),
-            C::statik("sealed", Blob),
-            C::statik("compacted_through", BigInt),
-            C::statik("compacted_level", BigInt),
-            C::statik("first_slot", BigInt),
-            C::statik("base_block", BigInt),
-            C::statik("base_slot", BigInt),
-            C::regular("rev", BigInt),
-            C::regular("content", Blob),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::partition(col::BLOCK, BigInt),
+            C::clustering(col::SLOT, BigInt, Order::Asc),
+            C::clustering(col::TID, TimeUuid, Order::Asc),
+            C::statik(col::SEALED, Blob),
+            C::statik(col::COMPACTED_THROUGH, BigInt),
+            C::statik(col::COMPACTED_LEVEL, BigInt),
+            C::statik(col::FIRST_SLOT, BigInt),
+            C::statik(col::BASE_BLOCK, BigInt),
+            C::statik(col::BASE_SLOT, BigInt),
+            C::regular(col::REV, BigInt),
+            C::regular(col::CONTENT, Blob),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
@@ -233,10 +259,10 @@ pub mod old_store {
     pub static ARCHIVE_SUPPRESSED: TableDef = TableDef {
         name: "archive_suppressed",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::clustering("rev", BigInt, Order::Asc),
-            C::regular("suppressed_at", Timestamp),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Asc),
+            C::regular(col::SUPPRESSED_AT, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
@@ -252,12 +278,12 @@ pub mod old_store {
     pub static ARCHIVE_DEBT: TableDef = TableDef {
         name: "archive_compaction_debt",
         columns: &[
-            C::partition("shard", BigInt),
-            C::clustering("domain", Text, Order::Asc),
-            C::clustering("title", Text, Order::Asc),
-            C::clustering("block", BigInt, Order::Asc),
-            C::clustering("slot", BigInt, Order::Asc),
-            C::regular("appended_at", Timestamp),
+            C::partition(col::SHARD, BigInt),
+            C::clustering(col::DOMAIN, Text, Order::Asc),
+            C::clustering(col::TITLE, Text, Order::Asc),
+            C::clustering(col::BLOCK, BigInt, Order::Asc),
+            C::clustering(col::SLOT, BigInt, Order::Asc),
+            C::regular(col::APPENDED_AT, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,

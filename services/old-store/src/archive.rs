@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::{Stream, TryStreamExt};
 use revstore_codecs::{BlockBuilder, BlockReader, BlockSettings, CodecError, decode_chained, encode_chained};
 use revstore_keys::{Domain, RevId, Tid, Title};
-use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
 use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 
@@ -76,10 +76,10 @@ pub enum BaseChoice {
 
 impl BaseChoice {
     fn from_statics(statics: Option<&Row>) -> Self {
-        match statics.and_then(|s| s.bigint("base_block")) {
+        match statics.and_then(|s| s.bigint(col::BASE_BLOCK)) {
             None => BaseChoice::Undecided,
             Some(ANCHOR) => BaseChoice::Anchor,
-            Some(block) => match statics.and_then(|s| s.bigint("base_slot")) {
+            Some(block) => match statics.and_then(|s| s.bigint(col::BASE_SLOT)) {
                 Some(slot) => BaseChoice::On { block, slot },
                 None => BaseChoice::Undecided,
             },
@@ -214,11 +214,11 @@ impl TitleState {
     fn from_statics(statics: Option<&Row>) -> Self {
         let Some(s) = statics else { return TitleState::default() };
         TitleState {
-            rev_count: s.bigint("rev_count"),
-            open_block: s.bigint("open_block").unwrap_or(0),
-            open_block_revisions: s.bigint("open_block_revisions").unwrap_or(0),
-            open_block_bytes: s.bigint("open_block_bytes").unwrap_or(0),
-            last_tid: s.timeuuid("last_tid").and_then(|u| Tid::from_uuid(u).ok()),
+            rev_count: s.bigint(col::REV_COUNT),
+            open_block: s.bigint(col::OPEN_BLOCK).unwrap_or(0),
+            open_block_revisions: s.bigint(col::OPEN_BLOCK_REVISIONS).unwrap_or(0),
+            open_block_bytes: s.bigint(col::OPEN_BLOCK_BYTES).unwrap_or(0),
+            last_tid: s.timeuuid(col::LAST_TID).and_then(|u| Tid::from_uuid(u).ok()),
         }
     }
 }
@@ -337,11 +337,11 @@ impl Archive {
                     &ReadQuery::new(&ARCHIVE_META, key_values(domain, title))
                         .slice(Slice::prefix([Value::from(rev.as_i64())]))
                         .limit(64)
-                        .columns(["block", "slot"]),
+                        .columns([col::BLOCK, col::SLOT]),
                 )
                 .await?
                 .rows;
-            if rows.iter().any(|r| tid_value(r, "tid") == Some(tid)) {
+            if rows.iter().any(|r| tid_value(r, col::TID) == Some(tid)) {
                 return Ok(ArchiveOutcome::AlreadyStored);
             }
             match self.inner.policy {
@@ -381,8 +381,8 @@ impl Archive {
                     .map_err(|e| ArchiveError::TooLarge(e.to_string()))?
             };
             let content = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values().into_iter().chain([Value::from(slot), Value::from(tid)]))
-                .set("rev", rev.as_i64())
-                .set("content", link);
+                .set(col::REV, rev.as_i64())
+                .set(col::CONTENT, link);
             tokio::try_join!(self.inner.store.write(content), self.inner.store.write(debt::marker(&key, slot)))?;
             let last_tid = match state.last_tid {
                 Some(last) if last.time() > tid.time() => last,
@@ -393,20 +393,20 @@ impl Archive {
                 table: &ARCHIVE_META,
                 partition: vec![d.clone(), t.clone()],
                 clustering: None,
-                condition: Condition::Equals(vec![("rev_count", state.rev_count.map_or(Value::Null, Value::from))]),
+                condition: Condition::Equals(vec![(col::REV_COUNT, state.rev_count.map_or(Value::Null, Value::from))]),
                 writes: vec![
                     Write::Upsert(
                         Upsert::new(&ARCHIVE_META, [d.clone(), t.clone()])
-                            .set("rev_count", slot + 1)
-                            .set("open_block", block)
-                            .set("open_block_revisions", revisions)
-                            .set("open_block_bytes", bytes)
-                            .set("last_tid", last_tid),
+                            .set(col::REV_COUNT, slot + 1)
+                            .set(col::OPEN_BLOCK, block)
+                            .set(col::OPEN_BLOCK_REVISIONS, revisions)
+                            .set(col::OPEN_BLOCK_BYTES, bytes)
+                            .set(col::LAST_TID, last_tid),
                     ),
                     Write::Upsert(
                         Upsert::new(&ARCHIVE_META, [d, t, Value::from(rev.as_i64()), Value::from(tid)])
-                            .set("block", block)
-                            .set("slot", slot),
+                            .set(col::BLOCK, block)
+                            .set(col::SLOT, slot),
                     ),
                 ],
             };
@@ -427,7 +427,7 @@ impl Archive {
 
     /// The title's allocation state: the statics of `archive_meta`.
     async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ArchiveError> {
-        let statics = ["rev_count", "open_block", "open_block_revisions", "open_block_bytes", "last_tid"];
+        let statics = [col::REV_COUNT, col::OPEN_BLOCK, col::OPEN_BLOCK_REVISIONS, col::OPEN_BLOCK_BYTES, col::LAST_TID];
         Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(1).columns(statics)).await?.statics)
     }
 
@@ -462,14 +462,19 @@ impl Archive {
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         self.inner
             .store
-            .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set("suppressed_at", Value::Timestamp(now)))
+            .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set(col::SUPPRESSED_AT, Value::Timestamp(now)))
             .await?;
         Ok(())
     }
 
     pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ArchiveError> {
         let [d, t] = key_values(domain, title);
-        Ok(self.inner.store.get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
+        Ok(self
+            .inner
+            .store
+            .get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT]))
+            .await?
+            .is_some())
     }
 
     // ---- reads -----------------------------------------------------------
@@ -540,7 +545,7 @@ impl Archive {
         // Rows first, statics second, in two reads: a compaction between them
         // only moves rows already read into the frame read after them. (The
         // other order could miss rows compacted in between.)
-        let mut query = ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).columns(["rev", "content"]);
+        let mut query = ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).columns([col::REV, col::CONTENT]);
         if let Some(upto) = upto {
             query = query.slice(Slice::all().upper(Bound::Included(Value::from(upto))));
         }
@@ -549,15 +554,15 @@ impl Archive {
             .inner
             .store
             .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
-                "sealed",
-                "compacted_through",
-                "base_block",
-                "base_slot",
+                col::SEALED,
+                col::COMPACTED_THROUGH,
+                col::BASE_BLOCK,
+                col::BASE_SLOT,
             ]))
             .await?
             .statics;
-        let through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
-        let sealed = statics.as_ref().and_then(|s| s.blob("sealed")).map(<[u8]>::to_vec);
+        let through = statics.as_ref().and_then(|s| s.bigint(col::COMPACTED_THROUGH));
+        let sealed = statics.as_ref().and_then(|s| s.blob(col::SEALED)).map(<[u8]>::to_vec);
         let base = match BaseChoice::from_statics(statics.as_ref()) {
             BaseChoice::On { block, slot } if sealed.is_some() => {
                 if !with_base {
@@ -577,7 +582,7 @@ impl Archive {
         // The rows after the compacted part, one per slot below `committed`.
         let mut by_slot: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
         for row in &page.rows {
-            let Some(slot) = row.bigint("slot") else { continue };
+            let Some(slot) = row.bigint(col::SLOT) else { continue };
             if through.is_none_or(|t| slot > t) && slot < committed {
                 by_slot.entry(slot).or_default().push(row);
             }
@@ -585,7 +590,7 @@ impl Archive {
         let mut chain = Vec::with_capacity(by_slot.len());
         for (slot, rows) in by_slot {
             let row = if rows.len() == 1 { rows[0] } else { self.committed_row(key, slot, &rows).await? };
-            let (Some(rev), Some(tid), Some(content)) = (row.bigint("rev"), tid_value(row, "tid"), row.blob("content")) else {
+            let (Some(rev), Some(tid), Some(content)) = (row.bigint(col::REV), tid_value(row, col::TID), row.blob(col::CONTENT)) else {
                 return Err(integrity(key, format!("slot {slot} row is incomplete")));
             };
             chain.push((slot, rev as u64, tid, content.to_vec()));
@@ -603,17 +608,17 @@ impl Archive {
     /// the one the metadata points at.
     async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<&'a Row, ArchiveError> {
         for row in rows {
-            let (Some(rev), Some(tid)) = (row.bigint("rev"), row.timeuuid("tid")) else { continue };
+            let (Some(rev), Some(tid)) = (row.bigint(col::REV), row.timeuuid(col::TID)) else { continue };
             let meta = self
                 .inner
                 .store
                 .get(
                     &ARCHIVE_META,
                     vec![Value::from(key.domain.as_str()), Value::from(key.title.as_str()), Value::from(rev), Value::TimeUuid(tid)],
-                    Some(vec!["block", "slot"]),
+                    Some(vec![col::BLOCK, col::SLOT]),
                 )
                 .await?;
-            if meta.is_some_and(|m| m.bigint("block") == Some(key.block) && m.bigint("slot") == Some(slot)) {
+            if meta.is_some_and(|m| m.bigint(col::BLOCK) == Some(key.block) && m.bigint(col::SLOT) == Some(slot)) {
                 return Ok(row);
             }
         }
@@ -628,7 +633,7 @@ impl Archive {
         title: &Title,
         page: u32,
     ) -> impl Stream<Item = Result<Located, ArchiveError>> + Send + 'static {
-        let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(page).columns(["block", "slot"]);
+        let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(page).columns([col::BLOCK, col::SLOT]);
         self.inner.store.rows(query).try_filter_map(|row| std::future::ready(Ok(located(&row)))).map_err(ArchiveError::from)
     }
 
@@ -643,7 +648,9 @@ impl Archive {
         let page = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(limit).page_token(cursor).columns(["block", "slot"]))
+            .read(
+                &ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(limit).page_token(cursor).columns([col::BLOCK, col::SLOT]),
+            )
             .await?;
         Ok((page.rows.iter().filter_map(located).collect(), page.next))
     }
@@ -651,8 +658,8 @@ impl Archive {
     /// The revisions of a title that are suppressed.
     pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ArchiveError> {
         let rows =
-            self.inner.store.rows(ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns(["suppressed_at"]).limit(1000));
-        Ok(rows.try_filter_map(|r| std::future::ready(Ok(r.bigint("rev").map(|rev| rev as u64)))).try_collect().await?)
+            self.inner.store.rows(ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns([col::SUPPRESSED_AT]).limit(1000));
+        Ok(rows.try_filter_map(|r| std::future::ready(Ok(r.bigint(col::REV).map(|rev| rev as u64)))).try_collect().await?)
     }
 
     // ---- compaction ------------------------------------------------------
@@ -665,21 +672,21 @@ impl Archive {
     /// debt. `stop` cancels the compression (the debt then stays owed).
     pub async fn compact(&self, key: &BlockKey, level: i32, stop: &CancellationToken) -> Result<CompactionOutcome, ArchiveError> {
         let title_key = [Value::from(key.domain.as_str()), Value::from(key.title.as_str())];
-        let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).limit(1).columns(["rev_count"])).await?.statics;
-        let committed = statics.and_then(|s| s.bigint("rev_count")).unwrap_or(0);
+        let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).limit(1).columns([col::REV_COUNT])).await?.statics;
+        let committed = statics.and_then(|s| s.bigint(col::REV_COUNT)).unwrap_or(0);
         let statics = self
             .inner
             .store
             .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
-                "compacted_through",
-                "compacted_level",
-                "base_block",
-                "base_slot",
+                col::COMPACTED_THROUGH,
+                col::COMPACTED_LEVEL,
+                col::BASE_BLOCK,
+                col::BASE_SLOT,
             ]))
             .await?
             .statics;
-        let old_through = statics.as_ref().and_then(|s| s.bigint("compacted_through"));
-        let old_level = statics.as_ref().and_then(|s| s.bigint("compacted_level"));
+        let old_through = statics.as_ref().and_then(|s| s.bigint(col::COMPACTED_THROUGH));
+        let old_level = statics.as_ref().and_then(|s| s.bigint(col::COMPACTED_LEVEL));
         let mut base = BaseChoice::from_statics(statics.as_ref());
         let discharges = level >= self.inner.seal_level;
         // Is any committed render left outside the frame? (Rows at or below
@@ -688,11 +695,16 @@ impl Archive {
         let next_row = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).slice(Slice::all().lower(after_frame)).limit(1).columns(["rev"]))
+            .read(
+                &ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values())
+                    .slice(Slice::all().lower(after_frame))
+                    .limit(1)
+                    .columns([col::REV]),
+            )
             .await?
             .rows
             .first()
-            .and_then(|r| r.bigint("slot"));
+            .and_then(|r| r.bigint(col::SLOT));
         let pending_rows = next_row.is_some_and(|slot| slot < committed);
         // A frame still waiting for its base choice is worth redoing once the block before has chosen.
         let undecided = base == BaseChoice::Undecided && old_through.is_some() && key.block > 0;
@@ -705,7 +717,8 @@ impl Archive {
                 if key.block == 0 && base == BaseChoice::Undecided && old_through.is_some() {
                     // A frame written before bases existed: block 0 always stands
                     // alone, so say so, and the blocks after it can choose.
-                    let anchor = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values()).set("base_block", ANCHOR).set("first_slot", 0i64);
+                    let anchor =
+                        Upsert::new(&ARCHIVE_BLOCKS, key.partition_values()).set(col::BASE_BLOCK, ANCHOR).set(col::FIRST_SLOT, 0i64);
                     self.inner.store.write(anchor).await?;
                 }
                 debt::discharge(&self.inner.store, key, committed).await?;
@@ -756,20 +769,20 @@ impl Archive {
         };
         let stored = frame.len() as u64;
         let mut statics = Upsert::new(&ARCHIVE_BLOCKS, key.partition_values())
-            .set("sealed", frame)
-            .set("compacted_through", last)
-            .set("compacted_level", i64::from(level))
-            .set("first_slot", first.slot);
+            .set(col::SEALED, frame)
+            .set(col::COMPACTED_THROUGH, last)
+            .set(col::COMPACTED_LEVEL, i64::from(level))
+            .set(col::FIRST_SLOT, first.slot);
         statics = match base {
             BaseChoice::Undecided => statics,
-            BaseChoice::Anchor => statics.set("base_block", ANCHOR),
-            BaseChoice::On { block, slot } => statics.set("base_block", block).set("base_slot", slot),
+            BaseChoice::Anchor => statics.set(col::BASE_BLOCK, ANCHOR),
+            BaseChoice::On { block, slot } => statics.set(col::BASE_BLOCK, block).set(col::BASE_SLOT, slot),
         };
         let cas = Cas {
             table: &ARCHIVE_BLOCKS,
             partition: key.partition_values().to_vec(),
             clustering: None,
-            condition: Condition::Equals(vec![("compacted_through", old_through.map_or(Value::Null, Value::from))]),
+            condition: Condition::Equals(vec![(col::COMPACTED_THROUGH, old_through.map_or(Value::Null, Value::from))]),
             writes: vec![
                 Write::Upsert(statics),
                 Write::Delete(Delete {
@@ -801,10 +814,14 @@ impl Archive {
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, previous.partition_values()).limit(1).columns(["base_block", "base_slot", "first_slot"]))
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, previous.partition_values()).limit(1).columns([
+                col::BASE_BLOCK,
+                col::BASE_SLOT,
+                col::FIRST_SLOT,
+            ]))
             .await?
             .statics;
-        Ok((BaseChoice::from_statics(statics.as_ref()), statics.as_ref().and_then(|s| s.bigint("first_slot"))))
+        Ok((BaseChoice::from_statics(statics.as_ref()), statics.as_ref().and_then(|s| s.bigint(col::FIRST_SLOT))))
     }
 
     async fn previous_has_chosen(&self, key: &BlockKey) -> Result<bool, ArchiveError> {
@@ -872,7 +889,12 @@ pub enum CompactionOutcome {
 }
 
 fn located(row: &Row) -> Option<Located> {
-    Some(Located { rev: row.bigint("rev")? as u64, tid: tid_value(row, "tid")?, block: row.bigint("block")?, slot: row.bigint("slot")? })
+    Some(Located {
+        rev: row.bigint(col::REV)? as u64,
+        tid: tid_value(row, col::TID)?,
+        block: row.bigint(col::BLOCK)?,
+        slot: row.bigint(col::SLOT)?,
+    })
 }
 
 /// The CPU part of reading a block: the frame up to `upto` (or all of it),

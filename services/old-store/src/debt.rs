@@ -21,7 +21,7 @@ use std::ops::Bound;
 use std::time::{Duration, Instant, SystemTime};
 
 use revstore_keys::{composite_key_bytes, murmur3_token};
-use revstore_schema::tables::old_store::ARCHIVE_DEBT;
+use revstore_schema::tables::old_store::{ARCHIVE_DEBT, col};
 use revstore_storage::{Delete, DeleteTarget, ReadQuery, Slice, Store, StoreResult, Upsert, Value};
 
 use crate::archive::BlockKey;
@@ -53,7 +53,7 @@ fn block_prefix(key: &BlockKey) -> [Value; 3] {
 pub fn marker(key: &BlockKey, slot: i64) -> Upsert {
     let [d, t, b] = block_prefix(key);
     Upsert::new(&ARCHIVE_DEBT, [Value::from(debt_shard(&key.domain, &key.title)), d, t, b, Value::from(slot)])
-        .set("appended_at", Value::Timestamp(millis(SystemTime::now())))
+        .set(col::APPENDED_AT, Value::Timestamp(millis(SystemTime::now())))
 }
 
 /// Deletes the markers of a block that a seal-level compaction discharged:
@@ -74,7 +74,7 @@ pub async fn discharge(store: &Store, key: &BlockKey, committed: i64) -> StoreRe
     let left = store.read(&ReadQuery::new(&ARCHIVE_DEBT, [shard.clone()]).slice(Slice::prefix(block_prefix(key))).limit(100)).await?;
     let abandoned_before = millis(SystemTime::now()) - ABANDONED_AFTER.as_millis() as i64;
     for row in left.rows {
-        let (Some(slot), Some(at)) = (row.bigint("slot"), row.timestamp("appended_at")) else { continue };
+        let (Some(slot), Some(at)) = (row.bigint(col::SLOT), row.timestamp(col::APPENDED_AT)) else { continue };
         if at < abandoned_before {
             let mut clustering = block_prefix(key).to_vec();
             clustering.push(Value::from(slot));
@@ -128,7 +128,7 @@ pub async fn sweep(store: &Store, compactor: &Compactor, level: i32, settle: Dur
             let mut latest: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
             for row in &page.rows {
                 let (Some(domain), Some(title), Some(block), Some(at)) =
-                    (row.text("domain"), row.text("title"), row.bigint("block"), row.timestamp("appended_at"))
+                    (row.text(col::DOMAIN), row.text(col::TITLE), row.bigint(col::BLOCK), row.timestamp(col::APPENDED_AT))
                 else {
                     continue;
                 };
