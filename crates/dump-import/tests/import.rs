@@ -5,19 +5,13 @@ use std::sync::atomic::Ordering;
 
 use revstore_client::{ClientOptions, HttpClient};
 use revstore_dump_import::{ImportOptions, Mode, run_import};
-use revstore_test_service::{Engine, StopSignal, spawn_parsed};
+use revstore_test_service::Engine;
 
 const TOKEN: &str = "dump-import-test-token";
 
-fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    spawn_parsed(argv, listener, stopped, |args: revstore_old_store::Args, settings, listener, shutdown| {
-        revstore_old_store::run(args, settings, listener, shutdown)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sample_wiki_imports_completely_and_reads_back_identical() {
-    let old_store = revstore_test_service::start_on(Engine::Embedded, "revstore-old-store", TOKEN, &[], launch).await;
+    let old_store = revstore_test_service::start_on::<revstore_old_store::OldStore>(Engine::Embedded, TOKEN, &[]).await;
     let client =
         HttpClient::new(&old_store.url(""), ClientOptions { token: Some(TOKEN.into()), ..ClientOptions::default() }).expect("client");
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");

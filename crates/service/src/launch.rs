@@ -1,13 +1,25 @@
-//! Starting a service: what every service binary's `main` and `run` share.
+//! Starting services and jobs: what every binary's `main` shares.
+//!
+//! A service is defined once ([`ServiceDefinition`]: name, default port,
+//! schema component, how to build it from a [`Context`]) and built into a
+//! value ([`Service`]: its platform, router and workers). A binary serves one
+//! ([`service_main`]); a process can serve several side by side, each with its
+//! own store and listener ([`serve_all`]); the test harness builds them the
+//! same way. A job ([`job_main`]) gets the same telemetry, store and shutdown
+//! signal, no listener, and ends with an exit code.
 
 use std::pin::Pin;
 use std::process::ExitCode;
 
+use axum::Router;
+use axum::routing::MethodRouter;
 use revstore_schema::Component;
-use revstore_storage::Store;
+use revstore_storage::{StorageSettings, Store, StoreError};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-use crate::settings::{CommonArgs, ServiceSettings, exit_on_settings_error, parse_args_or_exit};
+use crate::server::Platform;
+use crate::settings::{CommonArgs, ServiceSettings, StorageArgs, exit_on_settings_error, parse_args_or_exit};
 
 /// A start-up failure, as a message for the operator.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -18,6 +30,144 @@ pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// The command line of a service binary: its own settings and the shared ones.
 pub trait ServiceArgs: clap::Parser + Send + 'static {
     fn common(&self) -> &CommonArgs;
+}
+
+/// What a service is built from: its store (opened, its schema migrated when
+/// the settings say so) and its resolved settings.
+#[derive(Debug)]
+pub struct Context {
+    pub store: Store,
+    pub settings: ServiceSettings,
+}
+
+impl Context {
+    /// Opens the storage the settings name for the service whose tables are `schema`.
+    pub async fn open(settings: ServiceSettings, schema: &'static Component) -> Result<Context, BoxError> {
+        let store = open_store(&settings, schema).await?;
+        Ok(Context { store, settings })
+    }
+}
+
+/// A kind of service: its name, port, tables, and how to build one.
+pub trait ServiceDefinition: 'static {
+    /// Its command line (its own settings, and the shared ones flattened).
+    type Args: ServiceArgs;
+    /// `current-store`, `old-store`…: logs, metrics, the binary's name.
+    const NAME: &'static str;
+    const DEFAULT_PORT: u16;
+    /// Its tables: migrated at start (when asked) and checked by `/readyz`.
+    const SCHEMA: &'static Component;
+
+    /// Builds the service (routes, workers) from its settings and context.
+    fn build(args: Self::Args, context: Context) -> impl Future<Output = Result<Service, BoxError>> + Send;
+}
+
+/// A service's routes with their path templates remembered: the contract
+/// test compares them with the OpenAPI document.
+#[derive(Debug)]
+pub struct Routes<S = ()> {
+    router: Router<S>,
+    templates: Vec<String>,
+}
+
+impl<S: Clone + Send + Sync + 'static> Default for Routes<S> {
+    fn default() -> Self {
+        Routes { router: Router::new(), templates: Vec::new() }
+    }
+}
+
+impl<S: Clone + Send + Sync + 'static> Routes<S> {
+    pub fn new() -> Self {
+        Routes::default()
+    }
+
+    pub fn route(mut self, path: &str, method_router: MethodRouter<S>) -> Self {
+        self.router = self.router.route(path, method_router);
+        self.templates.push(path.to_owned());
+        self
+    }
+
+    pub fn with_state(self, state: S) -> Routes {
+        Routes { router: self.router.with_state(state), templates: self.templates }
+    }
+}
+
+/// A service built and ready to serve: its platform (store, settings,
+/// workers) and its complete router.
+#[derive(Debug)]
+pub struct Service {
+    platform: Platform,
+    router: Router,
+    templates: Vec<String>,
+}
+
+impl Service {
+    /// The service of `platform` serving `routes` (inside the platform's
+    /// layers and ops routes).
+    pub fn new(platform: Platform, routes: Routes) -> Self {
+        let router = platform.router(routes.router);
+        Service { platform, router, templates: routes.templates }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.platform.service()
+    }
+
+    pub fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
+    /// The path templates of the service's own routes (ops routes excluded).
+    pub fn route_templates(&self) -> &[String] {
+        &self.templates
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then shuts down
+    /// gracefully (see [`crate::server`]).
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
+        let name = self.name();
+        tracing::info!(service = name, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
+        crate::server::serve(self.platform, self.router, listener, shutdown).await.map_err(|e| format!("{name}: serving: {e}").into())
+    }
+}
+
+/// Builds a service of kind `D` from its command line (settings resolved,
+/// store opened).
+pub async fn build<D: ServiceDefinition>(args: D::Args) -> Result<Service, BoxError> {
+    let settings = args.common().resolve(D::DEFAULT_PORT)?;
+    let context = Context::open(settings, D::SCHEMA).await?;
+    D::build(args, context).await
+}
+
+/// Serves several services side by side, each on its own listener, until
+/// `shutdown` resolves or one of them fails (then the others are shut down
+/// too); the first failure is the answer.
+pub async fn serve_all(services: Vec<(Service, TcpListener)>, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
+    let stop = CancellationToken::new();
+    let mut running = tokio::task::JoinSet::new();
+    for (service, listener) in services {
+        let stop = stop.clone();
+        running.spawn(async move {
+            let result = service.serve(listener, stop.clone().cancelled_owned()).await;
+            // One service ending (failed, or its listener gone) ends them all.
+            stop.cancel();
+            result
+        });
+    }
+    tokio::pin!(shutdown);
+    let mut first_error = None;
+    loop {
+        tokio::select! {
+            () = &mut shutdown, if !stop.is_cancelled() => stop.cancel(),
+            joined = running.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
+                Some(Err(e)) => { first_error.get_or_insert(format!("a service task failed: {e}").into()); }
+            },
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Opens the storage the settings name, and creates the service's tables
@@ -35,21 +185,17 @@ pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) 
 }
 
 /// The `main` of a service binary: parses the command line (exit 64 when it
-/// is wrong), starts telemetry (70), binds the listener (69), runs the service
-/// until SIGTERM or Ctrl-C, and exits 0, or 1 when the service failed.
-pub async fn service_main<A, F, Fut>(service: &'static str, default_port: u16, run: F) -> ExitCode
-where
-    A: ServiceArgs,
-    F: FnOnce(A, ServiceSettings, TcpListener, Shutdown) -> Fut,
-    Fut: Future<Output = Result<(), BoxError>>,
-{
-    let binary = format!("revstore-{service}");
-    let args: A = parse_args_or_exit();
-    let settings = match args.common().resolve(default_port) {
+/// is wrong), starts telemetry (70), binds the listener (69), builds the
+/// service and serves it until SIGTERM or Ctrl-C, and exits 0, or 1 when the
+/// service failed.
+pub async fn service_main<D: ServiceDefinition>() -> ExitCode {
+    let binary = format!("revstore-{}", D::NAME);
+    let args: D::Args = parse_args_or_exit();
+    let settings = match args.common().resolve(D::DEFAULT_PORT) {
         Ok(s) => s,
         Err(e) => exit_on_settings_error(&binary, e),
     };
-    let telemetry = match revstore_telemetry::init(service) {
+    let telemetry = match revstore_telemetry::init(D::NAME) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("{binary}: {e}");
@@ -63,13 +209,128 @@ where
             return ExitCode::from(69);
         }
     };
-    let code = match run(args, settings, listener, Box::pin(crate::server::shutdown_signal())).await {
+    let served = async {
+        let context = Context::open(settings, D::SCHEMA).await?;
+        D::build(args, context).await?.serve(listener, crate::server::shutdown_signal()).await
+    };
+    let code = match served.await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "{service} stopped");
+            tracing::error!(error = %e, "{} stopped", D::NAME);
             ExitCode::from(1)
         }
     };
+    telemetry.shutdown();
+    code
+}
+
+/// The command line of a job binary: its own settings and the storage ones.
+pub trait JobArgs: clap::Parser + Send + 'static {
+    fn storage(&self) -> &StorageArgs;
+}
+
+/// What a job runs with: the store (its schema checked) and the signal to
+/// stop at the next safe point.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub store: Store,
+    /// Cancelled on SIGTERM or Ctrl-C (a CronJob's pod being stopped).
+    pub stop: CancellationToken,
+}
+
+/// How a job ended, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// All its work is done: exit 0.
+    Completed,
+    /// Stopped by the signal at a safe point, work left for the next run: exit 75.
+    Interrupted,
+}
+
+/// The exit code of a job stopped before it finished (EX_TEMPFAIL: run again).
+pub const EXIT_INTERRUPTED: u8 = 75;
+
+/// Runs a job on the storage `storage` names (settings errors are the
+/// caller's, exit 64): checks that every component in
+/// `schemas` is at a version this build can use, runs `job` with a stop token
+/// cancelled when `shutdown` resolves, and answers its exit code: 0
+/// completed, 75 interrupted, 1 failed (the error logged once, with its cause).
+pub async fn run_job<F, Fut>(
+    name: &'static str,
+    storage: StorageSettings,
+    schemas: &[&'static Component],
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    job: F,
+) -> ExitCode
+where
+    F: FnOnce(JobContext) -> Fut,
+    Fut: Future<Output = Result<JobOutcome, BoxError>>,
+{
+    let opened = async {
+        let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?;
+        for schema in schemas {
+            store.check_schema(schema).await.map_err(|e| match e {
+                StoreError::SchemaMismatch(msg) => format!("storage schema: {msg}"),
+                other => format!("checking the schema of {}: {other}", schema.name),
+            })?;
+        }
+        Ok::<_, BoxError>(store)
+    };
+    let store = match opened.await {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::error!(job = name, error = %e, "job cannot start");
+            return ExitCode::from(1);
+        }
+    };
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!(job = name, "stopping at the next safe point");
+        on_signal.cancel();
+    });
+    let started = std::time::Instant::now();
+    let outcome = job(JobContext { store, stop }).await;
+    signal.abort();
+    let seconds = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok(JobOutcome::Completed) => {
+            tracing::info!(job = name, seconds, "job completed");
+            ExitCode::SUCCESS
+        }
+        Ok(JobOutcome::Interrupted) => {
+            tracing::warn!(job = name, seconds, "job interrupted; the next run goes on from where it is");
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            tracing::error!(job = name, seconds, error = %e, "job failed");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The `main` of a job binary: parses the command line (exit 64), starts
+/// telemetry (70), then [`run_job`] until done or SIGTERM.
+pub async fn job_main<A, F, Fut>(name: &'static str, schemas: &[&'static Component], job: F) -> ExitCode
+where
+    A: JobArgs,
+    F: FnOnce(A, JobContext) -> Fut,
+    Fut: Future<Output = Result<JobOutcome, BoxError>>,
+{
+    let args: A = parse_args_or_exit();
+    let telemetry = match revstore_telemetry::init(name) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("revstore-{name}: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    let storage = match args.storage().resolve() {
+        Ok(s) => s,
+        Err(e) => exit_on_settings_error(&format!("revstore-{name}"), e),
+    };
+    let code = run_job(name, storage, schemas, crate::server::shutdown_signal(), |context| job(args, context)).await;
     telemetry.shutdown();
     code
 }

@@ -16,8 +16,11 @@
 //! - [`server`]: the router around a service's routes (`/healthz`, `/readyz`,
 //!   `/metrics`, `/openapi.json`, timeouts, body limits, panics caught) and
 //!   [`server::serve`] with its graceful shutdown.
-//! - [`launch`]: a binary's `main` ([`service_main`]) and opening the storage
-//!   with the schema ([`open_store`]).
+//! - [`launch`]: a service as a value ([`ServiceDefinition`] builds a
+//!   [`Service`] from a [`Context`]), serving one ([`service_main`]) or several
+//!   in one process ([`serve_all`]), and the job entry point ([`job_main`]).
+//! - [`worker`]: background loops as [`worker::Worker`]s, with their states,
+//!   failure pauses and metrics in one place.
 
 /// The memory allocator of every service process (and of anything else that
 /// links this crate). Services allocate many short-lived buffers of
@@ -37,9 +40,13 @@ pub mod openapi;
 pub mod problem;
 pub mod server;
 pub mod settings;
+pub mod worker;
 
 pub use access::{Access, WriteAccess};
-pub use launch::{BoxError, ServiceArgs, Shutdown, open_store, service_main};
+pub use launch::{
+    BoxError, Context, EXIT_INTERRUPTED, JobArgs, JobContext, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, build,
+    job_main, open_store, run_job, serve_all, service_main,
+};
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};
 pub use settings::{

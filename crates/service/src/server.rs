@@ -33,6 +33,7 @@ use crate::connections::{ConnectionHandle, LimitedListener, track_requests};
 use crate::middleware::{ObserveState, observe};
 use crate::problem::{ApiError, problem_response};
 use crate::settings::ServiceSettings;
+use crate::worker::{Worker, WorkerState, WorkerStatus};
 
 /// A running service's shared parts: its store, access rules, settings,
 /// OpenAPI document, readiness and background workers.
@@ -50,7 +51,7 @@ struct PlatformInner {
     openapi: utoipa::openapi::OpenApi,
     ready: AtomicBool,
     stop_workers: CancellationToken,
-    workers: std::sync::Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+    workers: std::sync::Mutex<Vec<(WorkerStatus, JoinHandle<()>)>>,
 }
 
 impl std::fmt::Debug for PlatformInner {
@@ -103,15 +104,17 @@ impl Platform {
         self.inner.ready.load(Ordering::SeqCst)
     }
 
-    /// Runs a background worker until shutdown; it must return soon after the
-    /// token it is given is cancelled.
-    pub fn spawn_worker<F, Fut>(&self, name: &'static str, worker: F)
-    where
-        F: FnOnce(CancellationToken) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let handle = tokio::spawn(worker(self.inner.stop_workers.clone()));
-        self.inner.workers.lock().unwrap_or_else(|p| p.into_inner()).push((name, handle));
+    /// Runs a background worker until it is done or the service shuts down
+    /// (see [`crate::worker`]).
+    pub fn spawn_worker<W: Worker>(&self, worker: W) -> WorkerStatus {
+        let (status, handle) = crate::worker::spawn_worker(worker, self.inner.stop_workers.clone());
+        self.inner.workers.lock().unwrap_or_else(|p| p.into_inner()).push((status.clone(), handle));
+        status
+    }
+
+    /// The state of each background worker, by name.
+    pub fn worker_states(&self) -> Vec<(&'static str, WorkerState)> {
+        self.inner.workers.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, _)| (s.name(), s.state())).collect()
     }
 
     /// The service's routes (already given their state) inside the platform:
@@ -147,8 +150,6 @@ async fn refuse_encoded_bodies(request: axum::extract::Request, next: axum::midd
     next.run(request).await
 }
 
-/// Purges expired rows and tombstones every `interval`, so TTLs free disk space
-/// on the embedded engine while the service runs.
 fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let message =
         panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("(no message)");
@@ -188,7 +189,15 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
     // A full disk keeps the service ready: reads go on, and taking it out of
     // the load balancer would stop them too. The body says writes are refused.
     let writes = if store.is_full() { "refused: storage full" } else { "accepted" };
-    Ok(Json(serde_json::json!({ "status": "ready", "engine": store.kind().name(), "schema_version": version, "writes": writes })))
+    let workers: serde_json::Map<String, serde_json::Value> =
+        platform.worker_states().into_iter().map(|(name, state)| (name.to_owned(), state.name().into())).collect();
+    Ok(Json(serde_json::json!({
+        "status": "ready",
+        "engine": store.kind().name(),
+        "schema_version": version,
+        "writes": writes,
+        "workers": workers,
+    })))
 }
 
 async fn metrics() -> Response {
@@ -262,9 +271,9 @@ pub async fn serve(
     }
     platform.inner.stop_workers.cancel();
     let workers = std::mem::take(&mut *platform.inner.workers.lock().unwrap_or_else(|p| p.into_inner()));
-    for (name, handle) in workers {
+    for (status, handle) in workers {
         if tokio::time::timeout(Duration::from_secs(10), handle).await.is_err() {
-            tracing::warn!(service, worker = name, "worker did not stop within 10 s");
+            tracing::warn!(service, worker = status.name(), "worker did not stop within 10 s");
         }
     }
     tracing::info!(service, "stopped");

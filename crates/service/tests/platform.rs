@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -21,12 +21,17 @@ use revstore_keys::Domain;
 use revstore_schema::model::ColumnType::Text;
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
-use revstore_service::{Access, ApiError, CommonArgs, Platform, WriteAccess, serve};
+use revstore_service::worker::{Worker, WorkerState};
+use revstore_service::{
+    Access, ApiError, BoxError, CommonArgs, Context, JobOutcome, Platform, Routes, Service, ServiceArgs, ServiceDefinition, WriteAccess,
+    run_job, serve,
+};
 use revstore_storage::{
     Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScanQuery, ScannedPartition, Store, StoreError, StoreResult, Upsert,
     Value, Write,
 };
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -502,10 +507,7 @@ async fn child_process_serving() {
     let platform = Platform::new(&ITEMS_SCHEMA, store, settings, Default::default());
     let worker_stopped = Arc::new(AtomicBool::new(false));
     let flag = worker_stopped.clone();
-    platform.spawn_worker("ticker", move |stop| async move {
-        stop.cancelled().await;
-        flag.store(true, Ordering::SeqCst);
-    });
+    platform.spawn_worker(Ticker { stopped: flag });
     let (routes, _) = app(AppState { platform: platform.clone(), downstream: None });
     let router = platform.router(routes);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -514,6 +516,148 @@ async fn child_process_serving() {
     assert!(worker_stopped.load(Ordering::SeqCst), "the worker was not stopped");
     guard.shutdown();
     println!("exited cleanly");
+}
+
+/// A worker that is idle until stopped, and says when it was.
+struct Ticker {
+    stopped: Arc<AtomicBool>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Worker for Ticker {
+    fn name(&self) -> &'static str {
+        "ticker"
+    }
+    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+        Ok(WorkerState::Idle)
+    }
+    async fn wait_for_work(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+/// A worker with one step of work.
+struct Seed;
+
+impl Worker for Seed {
+    fn name(&self) -> &'static str {
+        "seed"
+    }
+    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+        Ok(WorkerState::Done)
+    }
+    async fn wait_for_work(&mut self) {}
+}
+
+impl ServiceArgs for TestArgs {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// The items service as a kind of service, built the way a binary builds it.
+struct Items;
+
+impl ServiceDefinition for Items {
+    type Args = TestArgs;
+    const NAME: &'static str = "items";
+    const DEFAULT_PORT: u16 = 0;
+    const SCHEMA: &'static Component = &ITEMS_SCHEMA;
+
+    async fn build(_args: TestArgs, context: Context) -> Result<Service, BoxError> {
+        let platform = Platform::new(Self::SCHEMA, context.store, context.settings, Default::default());
+        platform.spawn_worker(Seed);
+        let routes = Routes::new()
+            .route("/{domain}/v1/items/{key}", axum::routing::put(put_item).get(get_item))
+            .with_state(AppState { platform: platform.clone(), downstream: None });
+        Ok(Service::new(platform, routes))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_serves_two_services_side_by_side_each_on_its_own_store() {
+    telemetry();
+    let dirs = [tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir")];
+    let mut services = Vec::new();
+    let mut urls = Vec::new();
+    for dir in &dirs {
+        let args = TestArgs::parse_from(["items", "--data-dir", dir.path().to_str().expect("utf-8"), "--write-tokens", WRITE_TOKEN]);
+        let service = revstore_service::build::<Items>(args).await.expect("build");
+        assert_eq!(service.name(), "items");
+        assert_eq!(service.route_templates(), ["/{domain}/v1/items/{key}"]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        urls.push(format!("http://{}", listener.local_addr().expect("addr")));
+        services.push((service, listener));
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(revstore_service::serve_all(services, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let put = http
+        .put(format!("{}/en.wikipedia.org/v1/items/a", urls[0]))
+        .bearer_auth(WRITE_TOKEN)
+        .json(&serde_json::json!({"value": "in the first"}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(put.status(), 201);
+    let first = http.get(format!("{}/en.wikipedia.org/v1/items/a", urls[0])).send().await.expect("get");
+    assert_eq!(first.status(), 200);
+    let second = http.get(format!("{}/en.wikipedia.org/v1/items/a", urls[1])).send().await.expect("get");
+    assert_eq!(second.status(), 404, "the second service has a store of its own");
+    for url in &urls {
+        let ready: serde_json::Value = http.get(format!("{url}/readyz")).send().await.expect("readyz").json().await.expect("json");
+        assert_eq!(ready["workers"], serde_json::json!({"seed": "done"}), "{ready}");
+    }
+    stop.send(()).expect("stop");
+    tokio::time::timeout(Duration::from_secs(30), running).await.expect("both stop").expect("task").expect("serve_all");
+    for url in &urls {
+        assert!(http.get(format!("{url}/healthz")).send().await.is_err(), "{url} still answers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_exits_0_when_done_75_when_interrupted_and_1_when_it_fails_or_cannot_start() {
+    telemetry();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = revstore_storage::StorageSettings::Embedded { data_dir: dir.path().to_owned(), options: Default::default() };
+    let never = std::future::pending::<()>;
+    // The schema is not there yet: the job does not start.
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let code = run_job("items-job", storage.clone(), &[&ITEMS_SCHEMA], never(), |_| async move {
+        flag.store(true, Ordering::SeqCst);
+        Ok(JobOutcome::Completed)
+    })
+    .await;
+    assert_eq!((code, ran.load(Ordering::SeqCst)), (ExitCode::from(1), false));
+    {
+        let store = revstore_storage::open(storage.clone()).await.expect("open");
+        store.migrate(&[&ITEMS_SCHEMA]).await.expect("migrate");
+    }
+    // Done: the job had the store, migrated, and wrote through it.
+    let code = run_job("items-job", storage.clone(), &[&ITEMS_SCHEMA], never(), |job| async move {
+        job.store.write(Upsert::new(&ITEMS, [Value::from("d"), Value::from("k")]).set("value", "v")).await?;
+        Ok(JobOutcome::Completed)
+    })
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    // Stopped by the signal at a safe point.
+    let code = run_job("items-job", storage.clone(), &[&ITEMS_SCHEMA], async {}, |job| async move {
+        job.stop.cancelled().await;
+        Ok(JobOutcome::Interrupted)
+    })
+    .await;
+    assert_eq!(code, ExitCode::from(revstore_service::EXIT_INTERRUPTED));
+    // Failed.
+    let code = run_job("items-job", storage, &[&ITEMS_SCHEMA], never(), |_| async { Err("the repair found a contradiction".into()) }).await;
+    assert_eq!(code, ExitCode::from(1));
 }
 
 /// A minimal OTLP/HTTP endpoint: counts the trace exports it receives.

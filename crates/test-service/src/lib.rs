@@ -2,11 +2,10 @@
 //! embedded engine in a fresh directory or on the Cassandra node named by
 //! `REVSTORE_TEST_CASSANDRA` in a keyspace of its own (dropped afterwards).
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use revstore_service::{BoxError, ServiceArgs, Shutdown};
+use revstore_service::ServiceDefinition;
 use revstore_storage::testing::TestKeyspace;
 
 /// The storage engine a test runs a service on.
@@ -17,13 +16,12 @@ pub enum Engine {
     Cassandra,
 }
 
-/// Resolves when the test stops the service.
-pub type StopSignal = tokio::sync::oneshot::Receiver<()>;
-
 /// A running service.
 #[derive(Debug)]
 pub struct Service {
     pub addr: SocketAddr,
+    /// The path templates of the service's own routes, as its router holds them.
+    pub route_templates: Vec<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
     pub dir: Option<tempfile::TempDir>,
@@ -31,52 +29,21 @@ pub struct Service {
     keyspace: Option<TestKeyspace>,
 }
 
-/// How a test starts one service: its command line (program name first) and
-/// where to listen; it returns the task serving until the stop signal.
-pub trait Launcher: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()> {}
-impl<F: Fn(Vec<String>, tokio::net::TcpListener, StopSignal) -> tokio::task::JoinHandle<()>> Launcher for F {}
-
-/// The task of a [`Launcher`]: parses `argv` as the service's command line
-/// and runs the service (its `run`) until the test stops it.
-pub fn spawn_parsed<A, F, Fut>(
-    argv: Vec<String>,
-    listener: tokio::net::TcpListener,
-    stopped: StopSignal,
-    run: F,
-) -> tokio::task::JoinHandle<()>
-where
-    A: ServiceArgs,
-    F: FnOnce(A, revstore_service::ServiceSettings, tokio::net::TcpListener, Shutdown) -> Fut,
-    Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
-{
-    let args = A::parse_from(argv);
-    let settings = args.common().resolve(0).expect("settings");
-    let service = run(
-        args,
-        settings,
-        listener,
-        Box::pin(async move {
-            let _ = stopped.await;
-        }),
-    );
-    tokio::spawn(async move { service.await.expect("the service runs") })
-}
-
-/// Starts a service on `engine` with a fresh data directory or keyspace.
-pub async fn start_on(engine: Engine, program: &str, token: &str, extra: &[&str], launch: impl Launcher) -> Service {
+/// Starts a service of kind `D` on `engine` with a fresh data directory or keyspace.
+pub async fn start_on<D: ServiceDefinition>(engine: Engine, token: &str, extra: &[&str]) -> Service {
     match engine {
         Engine::Embedded => {
             let dir = tempfile::tempdir().expect("tempdir");
-            let mut service = start_in(dir.path(), program, token, extra, launch).await;
+            let mut service = start_in::<D>(dir.path(), token, extra).await;
             service.dir = Some(dir);
             service
         }
         Engine::Cassandra => {
-            let keyspace = TestKeyspace::new(program.trim_start_matches("revstore-"));
+            let keyspace = TestKeyspace::new(D::NAME);
             let dir = tempfile::tempdir().expect("tempdir");
             let mut args = vec!["--cassandra", keyspace.node(), "--keyspace", keyspace.name(), "--migrate-on-start", "true"];
             args.extend_from_slice(extra);
-            let mut service = start_in(dir.path(), program, token, &args, launch).await;
+            let mut service = start_in::<D>(dir.path(), token, &args).await;
             service.dir = Some(dir);
             service.keyspace = Some(keyspace);
             service
@@ -84,11 +51,14 @@ pub async fn start_on(engine: Engine, program: &str, token: &str, extra: &[&str]
     }
 }
 
-/// Starts a service on the embedded engine in `data_dir` (or, with
-/// `--cassandra` among `extra`, on Cassandra) and waits until it is ready.
-pub async fn start_in(data_dir: &Path, program: &str, token: &str, extra: &[&str], launch: impl Launcher) -> Service {
+/// Starts a service of kind `D` on the embedded engine in `data_dir` (or,
+/// with `--cassandra` among `extra`, on Cassandra), built the way its binary
+/// builds it from the command line `extra` completes, and waits until it is
+/// ready.
+pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, token: &str, extra: &[&str]) -> Service {
+    let program = format!("revstore-{}", D::NAME);
     let mut argv: Vec<String> =
-        [program, "--data-dir", data_dir.to_str().expect("utf-8"), "--write-tokens", token, "--shutdown-delay-secs", "0"]
+        [program.as_str(), "--data-dir", data_dir.to_str().expect("utf-8"), "--write-tokens", token, "--shutdown-delay-secs", "0"]
             .iter()
             .map(|s| s.to_string())
             .collect();
@@ -96,15 +66,25 @@ pub async fn start_in(data_dir: &Path, program: &str, token: &str, extra: &[&str
         argv.extend(["--body-limit-bytes".to_owned(), "4000000".to_owned()]);
     }
     argv.extend(extra.iter().map(|s| s.to_string()));
+    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
+    let built = revstore_service::build::<D>(args).await.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
+    let route_templates = built.route_templates().to_vec();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = launch(argv, listener, stopped);
+    let done = tokio::spawn(async move {
+        built
+            .serve(listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the service runs")
+    });
     // Ready once the schema is in place (seconds on Cassandra).
     let http = reqwest::Client::new();
     for _ in 0..1200 {
         if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            return Service { addr, stop: Some(stop), done: Some(done), dir: None, keyspace: None };
+            return Service { addr, route_templates, stop: Some(stop), done: Some(done), dir: None, keyspace: None };
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

@@ -22,9 +22,9 @@ pub mod routes;
 use std::time::Duration;
 
 use revstore_client::{ClientOptions, HttpClient};
+use revstore_schema::Component;
 pub use revstore_service::BoxError;
-use revstore_service::{CommonArgs, Platform, ServiceArgs, ServiceSettings};
-use tokio::net::TcpListener;
+use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
 use utoipa::OpenApi;
 
 pub const SERVICE: &str = "current-store";
@@ -65,52 +65,55 @@ impl ServiceArgs for Args {
     }
 }
 
-/// Runs current-store until `shutdown` resolves.
-pub async fn run(
-    args: Args,
-    settings: ServiceSettings,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), BoxError> {
-    if args.notify_graph && args.graph_url.is_none() {
-        return Err("--notify-graph needs --graph-url".into());
+/// current-store, as a kind of service.
+#[derive(Debug)]
+pub struct CurrentStore;
+
+impl ServiceDefinition for CurrentStore {
+    type Args = Args;
+    const NAME: &'static str = SERVICE;
+    const DEFAULT_PORT: u16 = DEFAULT_PORT;
+    const SCHEMA: &'static Component = &revstore_schema::version::CURRENT_STORE;
+
+    async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
+        if args.notify_graph && args.graph_url.is_none() {
+            return Err("--notify-graph needs --graph-url".into());
+        }
+        let peer_token = match &args.peer_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the peer token file {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        let client = |url: &Option<String>, what: &str| -> Result<Option<HttpClient>, BoxError> {
+            url.as_deref()
+                .map(|u| {
+                    let options = ClientOptions { token: peer_token.clone(), ..ClientOptions::default() };
+                    HttpClient::new(u, options).map_err(|e| format!("{what}: {e}").into())
+                })
+                .transpose()
+        };
+        let old_store = client(&args.old_store_url, "--old-store-url")?;
+        let graph = client(&args.graph_url, "--graph-url")?;
+        let Context { store, settings } = context;
+        let pages = pages::Pages {
+            store: store.clone(),
+            grace: Duration::from_secs(args.grace_ttl.max(1)),
+            hand_off: true,
+            notify_graph: args.notify_graph,
+        };
+        let titles = settings.titles;
+        let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
+        if old_store.is_some() || graph.is_some() {
+            let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
+            platform.spawn_worker(outbox::Delivery::new(store, receivers));
+        } else {
+            tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
+        }
+        let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
+        Ok(Service::new(platform, routes::routes(state)))
     }
-    let peer_token = match &args.peer_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the peer token file {}: {e}", path.display()))?
-                .trim()
-                .to_owned(),
-        ),
-        None => None,
-    };
-    let client = |url: &Option<String>, what: &str| -> Result<Option<HttpClient>, BoxError> {
-        url.as_deref()
-            .map(|u| {
-                let options = ClientOptions { token: peer_token.clone(), ..ClientOptions::default() };
-                HttpClient::new(u, options).map_err(|e| format!("{what}: {e}").into())
-            })
-            .transpose()
-    };
-    let old_store = client(&args.old_store_url, "--old-store-url")?;
-    let graph = client(&args.graph_url, "--graph-url")?;
-    let store = revstore_service::open_store(&settings, &revstore_schema::version::CURRENT_STORE).await?;
-    let pages = pages::Pages {
-        store: store.clone(),
-        grace: Duration::from_secs(args.grace_ttl.max(1)),
-        hand_off: true,
-        notify_graph: args.notify_graph,
-    };
-    let titles = settings.titles;
-    let platform = Platform::new(&revstore_schema::version::CURRENT_STORE, store.clone(), settings, routes::ApiDoc::openapi());
-    if old_store.is_some() || graph.is_some() {
-        let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
-        platform.spawn_worker("outbox", move |stop| outbox::deliver(store, receivers, stop));
-    } else {
-        tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
-    }
-    let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
-    let router = platform.router(routes::router(state));
-    tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
-    revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
 }

@@ -12,7 +12,8 @@
 //! Failures are of two kinds, and only one may hold a shard up:
 //! - **transient** (no answer, 5xx, 408, 429, and 401/403, which say the
 //!   sender's token is wrong rather than the row): the shard stops for the
-//!   round, keeping its order, and the next round waits longer, up to a minute;
+//!   round, keeping its order, and the worker pauses before the next round,
+//!   longer after each failed round, up to a minute;
 //! - **permanent** (any other 4xx, a path no client may send, a row that
 //!   cannot be read): retrying cannot change the answer, so the row is moved
 //!   to `outbox_dead_letters` in one atomic batch, counted in
@@ -25,6 +26,8 @@ use std::time::Duration;
 use http::StatusCode;
 use revstore_client::{ClientError, HttpClient, path_segment};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS};
+use revstore_service::BoxError;
+use revstore_service::worker::{Worker, WorkerState};
 use revstore_storage::{Delete, ReadQuery, Row, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -37,7 +40,6 @@ pub struct Receivers {
 }
 
 const BATCH: u32 = 100;
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The columns an outbox row and its dead letter share (besides `attempts`).
 const ROW_COLUMNS: [&str; 6] = ["kind", "domain", "title", "rev", "tid", "payload"];
 
@@ -71,34 +73,67 @@ fn is_retryable_client_error(status: StatusCode) -> bool {
     matches!(status, StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
 }
 
-/// Runs until `stop` is cancelled.
-pub async fn deliver(store: Store, receivers: Receivers, stop: CancellationToken) {
-    let mut backoff = Duration::from_millis(500);
-    loop {
-        let mut failed = false;
+/// How long the worker waits before looking at an outbox it found empty.
+const POLL: Duration = Duration::from_millis(500);
+
+/// The outbox's delivery, as a background worker: each step is one round
+/// over every shard.
+#[derive(Debug)]
+pub struct Delivery {
+    store: Store,
+    receivers: Receivers,
+}
+
+impl Delivery {
+    pub fn new(store: Store, receivers: Receivers) -> Self {
+        Delivery { store, receivers }
+    }
+}
+
+impl Worker for Delivery {
+    fn name(&self) -> &'static str {
+        "outbox"
+    }
+
+    /// Busy while a shard gave a full batch (more is waiting); a round in
+    /// which a shard failed fails (the others were still delivered), so the
+    /// runner pauses before the next.
+    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+        let mut failed = Vec::new();
         let mut delivered = 0usize;
+        let mut full_batch = false;
         for shard in 0..crate::pages::OUTBOX_SHARDS {
-            match deliver_shard(&store, &receivers, shard).await {
-                Ok(n) => delivered += n,
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(shard, error = %e, "outbox delivery failed; will retry");
+            match deliver_shard(&self.store, &self.receivers, shard).await {
+                Ok(round) => {
+                    delivered += round.delivered;
+                    full_batch |= round.read == BATCH as usize && round.delivered > 0;
                 }
+                Err(e) => failed.push(format!("shard {shard}: {e}")),
             }
         }
         if delivered > 0 {
             tracing::info!(delivered, "outbox delivered");
         }
-        backoff = if failed { (backoff * 2).min(MAX_BACKOFF) } else { Duration::from_millis(500) };
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(backoff) => {}
+        if let Some(first) = failed.first() {
+            return Err(format!("outbox delivery failed in {} shards ({first})", failed.len()).into());
         }
+        Ok(if full_batch { WorkerState::Busy } else { WorkerState::Idle })
+    }
+
+    async fn wait_for_work(&mut self) {
+        tokio::time::sleep(POLL).await;
     }
 }
 
-async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Result<usize, String> {
+/// What one shard's round did: rows read, rows delivered.
+struct Round {
+    read: usize,
+    delivered: usize,
+}
+
+async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Result<Round, String> {
     let rows = store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard)]).limit(BATCH)).await.map_err(|e| e.to_string())?.rows;
+    let read = rows.len();
     let mut delivered = 0;
     for row in rows {
         let Some(id) = row.timeuuid("id") else { continue };
@@ -119,7 +154,7 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
             }
         }
     }
-    Ok(delivered)
+    Ok(Round { read, delivered })
 }
 
 /// Moves a refused row to the dead letters, atomically, and says so once.

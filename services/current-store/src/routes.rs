@@ -16,7 +16,7 @@ use axum::routing::{delete, get, post};
 use revstore_client::{ClientError, HttpClient, path_segment};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
 use revstore_service::problem::Problem;
-use revstore_service::{Access, ApiError, Platform, WriteAccess};
+use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
@@ -40,8 +40,9 @@ impl FromRef<AppState> for Access {
 
 const PAGE: &str = "/{domain}/v1/page";
 
-pub fn router(state: AppState) -> axum::Router {
-    axum::Router::new()
+/// The service's routes, given their state.
+pub fn routes(state: AppState) -> Routes {
+    Routes::new()
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}"), get(get_render_of_rev).put(put_render))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render_of_tid))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}"), get(get_latest).post(post_render))

@@ -2,9 +2,9 @@
 
 #![allow(dead_code, missing_debug_implementations)]
 
+use revstore_current_store::CurrentStore;
 use revstore_current_store::render::RenderBody;
 pub use revstore_test_service::{Engine, Service};
-use revstore_test_service::{StopSignal, spawn_parsed};
 
 pub const TOKEN: &str = "current-store-test-token";
 
@@ -21,15 +21,9 @@ pub fn render(html: &str, n: u64) -> RenderBody {
     }
 }
 
-fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    spawn_parsed(argv, listener, stopped, |args: revstore_current_store::Args, settings, listener, shutdown| {
-        revstore_current_store::run(args, settings, listener, shutdown)
-    })
-}
-
 /// Starts current-store on `engine` with a fresh data directory or keyspace.
 pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_test_service::start_on(engine, "revstore-current-store", TOKEN, extra, launch).await
+    revstore_test_service::start_on::<CurrentStore>(engine, TOKEN, extra).await
 }
 
 /// Starts current-store on the embedded engine in a fresh directory.
@@ -39,5 +33,5 @@ pub async fn start(extra: &[&str]) -> Service {
 
 /// Starts current-store on the embedded engine in `data_dir`.
 pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_test_service::start_in(data_dir, "revstore-current-store", TOKEN, extra, launch).await
+    revstore_test_service::start_in::<CurrentStore>(data_dir, TOKEN, extra).await
 }

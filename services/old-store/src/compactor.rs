@@ -20,14 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use revstore_service::BoxError;
+use revstore_service::worker::{Worker, WorkerState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::{Archive, BlockKey, CompactionOutcome};
 use crate::debt::{self, SweepReport};
 
-/// The longest pause after failed compactions.
-const MAX_FAILURE_PAUSE: Duration = Duration::from_secs(60);
 /// The most blocks one sweep puts in the queue; a sweep that stops there is
 /// followed by another as soon as the queue has drained.
 const MAX_SWEEP_BLOCKS: u64 = 10_000;
@@ -110,50 +110,6 @@ impl Compactor {
         Ok(report)
     }
 
-    /// Sweeps the debt table at start, then every `interval`, and again as
-    /// soon as the queue drains when a sweep stopped at its block limit.
-    pub async fn sweep_forever(self, archive: Archive, interval: Duration, stop: CancellationToken) {
-        let mut failed_before = false;
-        loop {
-            let truncated = match self.sweep(&archive).await {
-                Ok(report) => {
-                    if report.blocks > 0 || failed_before {
-                        tracing::info!(
-                            markers = report.markers,
-                            blocks = report.blocks,
-                            scheduled = report.scheduled,
-                            truncated = report.truncated,
-                            "compaction debt swept"
-                        );
-                    }
-                    failed_before = false;
-                    report.truncated
-                }
-                Err(e) => {
-                    if !failed_before {
-                        tracing::warn!(
-                            error = %e,
-                            "sweeping the compaction debt failed; retrying at the next interval"
-                        );
-                    }
-                    failed_before = true;
-                    false
-                }
-            };
-            let next_sweep = tokio::time::sleep(interval);
-            tokio::pin!(next_sweep);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = &mut next_sweep => break,
-                    _ = tokio::time::sleep(DRAIN_POLL), if truncated => {
-                        if self.pending() == 0 { break }
-                    }
-                }
-            }
-        }
-    }
-
     /// Blocks waiting for a compaction, quiet periods included.
     pub fn pending(&self) -> usize {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -195,84 +151,138 @@ impl Compactor {
         self.compacting.store(true, Ordering::SeqCst);
         Ok((key, level))
     }
+}
 
-    /// Runs compactions until `stop` is cancelled.
-    ///
-    /// A failed compaction is retried after its settle period, and the
-    /// compactor pauses before the next one, longer after each failure in a
-    /// row (up to a minute): when the storage itself fails (a full disk),
-    /// every block would fail alike. Such an episode is logged once when it
-    /// starts and once when compactions succeed again, not once per block.
-    pub async fn run(self, archive: Archive, stop: CancellationToken) {
-        let mut failures_in_a_row: u32 = 0;
+/// Runs the compactor's queue, one compaction per step, as a background worker.
+///
+/// A failed compaction is retried after its settle period, and the runner
+/// pauses before the next step, longer after each failure in a row: when the
+/// storage itself fails (a full disk), every block would fail alike.
+#[derive(Debug)]
+pub struct Compaction {
+    archive: Archive,
+    /// When the earliest settling job is due (when the last step found none due).
+    next_due: Option<Instant>,
+}
+
+impl Compaction {
+    pub fn new(archive: Archive) -> Self {
+        Compaction { archive, next_due: None }
+    }
+}
+
+impl Worker for Compaction {
+    fn name(&self) -> &'static str {
+        "compactor"
+    }
+
+    async fn work(&mut self, stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+        let queue = self.archive.compactor().clone();
+        let (key, level) = match queue.take_due() {
+            Ok(job) => job,
+            Err(next_due) => {
+                self.next_due = next_due;
+                return Ok(WorkerState::Idle);
+            }
+        };
+        let _running = CompactingFlag(&queue.compacting);
+        let started = Instant::now();
+        let outcome = self.archive.compact(&key, level, stop).await;
+        if stop.is_cancelled() {
+            // Cancelled mid-way, or finished as the stop came: the block's
+            // debt markers stay until a compaction completes, so nothing is lost.
+            return Ok(WorkerState::Done);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        metrics::histogram!("old_store_compaction_seconds").record(seconds);
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
+                queue.schedule_settle(key.clone(), level);
+                return Err(format!("compacting block {key} at level {level}: {e}").into());
+            }
+        };
+        match outcome {
+            CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, base } => {
+                metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
+                tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
+            }
+            CompactionOutcome::Cancelled => return Ok(WorkerState::Done),
+            CompactionOutcome::BaseUndecided => {
+                // The block before has not chosen its base yet: compact it
+                // first, then this one again (its debt is kept meanwhile).
+                metrics::counter!("old_store_compactions_total", "outcome" => "base_undecided").increment(1);
+                if key.block > 0 {
+                    queue.schedule_now(BlockKey { block: key.block - 1, ..key.clone() }, level);
+                }
+                queue.schedule_settle(key, level);
+            }
+            CompactionOutcome::NothingToDo => {
+                metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
+            }
+            CompactionOutcome::LostRace => {
+                metrics::counter!("old_store_compactions_total", "outcome" => "lost_race").increment(1);
+                queue.schedule_settle(key, level);
+            }
+        }
+        Ok(WorkerState::Busy)
+    }
+
+    async fn wait_for_work(&mut self) {
+        let sleep = self.next_due.map_or(Duration::from_secs(3600), |n| n.saturating_duration_since(Instant::now()));
+        let wake = self.archive.compactor().wake.clone();
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// Sweeps the debt table at start, then every `interval`, and again as soon
+/// as the queue drains when a sweep stopped at its block limit.
+#[derive(Debug)]
+pub struct DebtSweep {
+    archive: Archive,
+    interval: Duration,
+    /// Whether the last sweep stopped at its block limit.
+    truncated: bool,
+}
+
+impl DebtSweep {
+    pub fn new(archive: Archive, interval: Duration) -> Self {
+        DebtSweep { archive, interval, truncated: false }
+    }
+}
+
+impl Worker for DebtSweep {
+    fn name(&self) -> &'static str {
+        "compaction-debt-sweep"
+    }
+
+    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+        let report = self.archive.compactor().sweep(&self.archive).await.map_err(|e| format!("sweeping the compaction debt: {e}"))?;
+        if report.blocks > 0 {
+            tracing::info!(
+                markers = report.markers,
+                blocks = report.blocks,
+                scheduled = report.scheduled,
+                truncated = report.truncated,
+                "compaction debt swept"
+            );
+        }
+        self.truncated = report.truncated;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) {
+        let next_sweep = tokio::time::sleep(self.interval);
+        tokio::pin!(next_sweep);
         loop {
-            if failures_in_a_row > 0 {
-                let pause = Duration::from_millis(500).saturating_mul(1 << failures_in_a_row.min(7)).min(MAX_FAILURE_PAUSE);
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-            }
-            let (key, level) = match self.take_due() {
-                Ok(job) => job,
-                Err(next) => {
-                    let sleep = next.map_or(Duration::from_secs(3600), |n| n.saturating_duration_since(Instant::now()));
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = self.wake.notified() => continue,
-                        _ = tokio::time::sleep(sleep) => continue,
-                    }
-                }
-            };
-            let _running = CompactingFlag(&self.compacting);
-            if stop.is_cancelled() {
-                return;
-            }
-            let started = Instant::now();
-            let outcome = archive.compact(&key, level, &stop).await;
-            if stop.is_cancelled() {
-                // Cancelled mid-way, or finished as the stop came: the block's
-                // debt markers stay until a compaction completes, so nothing is lost.
-                return;
-            }
-            if outcome.is_ok() && failures_in_a_row > 0 {
-                tracing::info!(failures = failures_in_a_row, "compactions succeed again");
-                failures_in_a_row = 0;
-            }
-            let seconds = started.elapsed().as_secs_f64();
-            metrics::histogram!("old_store_compaction_seconds").record(seconds);
-            match outcome {
-                Ok(CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, base }) => {
-                    metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
-                    tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
-                }
-                Ok(CompactionOutcome::Cancelled) => return,
-                Ok(CompactionOutcome::BaseUndecided) => {
-                    // The block before has not chosen its base yet: compact it
-                    // first, then this one again (its debt is kept meanwhile).
-                    metrics::counter!("old_store_compactions_total", "outcome" => "base_undecided").increment(1);
-                    if key.block > 0 {
-                        self.schedule_now(BlockKey { block: key.block - 1, ..key.clone() }, level);
-                    }
-                    self.schedule_settle(key, level);
-                }
-                Ok(CompactionOutcome::NothingToDo) => {
-                    metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
-                }
-                Ok(CompactionOutcome::LostRace) => {
-                    metrics::counter!("old_store_compactions_total", "outcome" => "lost_race").increment(1);
-                    self.schedule_settle(key, level);
-                }
-                Err(e) => {
-                    metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
-                    let error = e.to_string();
-                    if failures_in_a_row == 0 {
-                        tracing::warn!(block = %key, level, error, "compaction failed; retrying with a growing pause, logged again once they succeed");
-                    } else {
-                        tracing::debug!(block = %key, level, error, "compaction failed again");
-                    }
-                    failures_in_a_row = failures_in_a_row.saturating_add(1);
-                    self.schedule_settle(key, level);
+            tokio::select! {
+                () = &mut next_sweep => return,
+                () = tokio::time::sleep(DRAIN_POLL), if self.truncated => {
+                    if self.archive.compactor().pending() == 0 { return }
                 }
             }
         }
@@ -280,7 +290,7 @@ impl Compactor {
 }
 
 /// Clears the compacting flag once a compaction's outcome is recorded (at the
-/// end of the loop iteration that ran it).
+/// end of the step that ran it).
 struct CompactingFlag<'a>(&'a AtomicBool);
 
 impl Drop for CompactingFlag<'_> {

@@ -25,9 +25,9 @@ pub mod routes;
 
 use std::time::Duration;
 
+use revstore_schema::Component;
 pub use revstore_service::BoxError;
-use revstore_service::{CommonArgs, Platform, ServiceArgs, ServiceSettings};
-use tokio::net::TcpListener;
+use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
 use utoipa::OpenApi;
 
 pub use archive::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
@@ -103,28 +103,24 @@ impl Args {
     }
 }
 
-/// Runs old-store until `shutdown` resolves.
-pub async fn run(
-    args: Args,
-    settings: ServiceSettings,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), BoxError> {
-    let store = revstore_service::open_store(&settings, &revstore_schema::version::OLD_STORE).await?;
-    let archive = Archive::new(store.clone(), args.archive_settings());
-    let titles = settings.titles;
-    let platform = Platform::new(&revstore_schema::version::OLD_STORE, store, settings, routes::ApiDoc::openapi());
-    {
-        let archive = archive.clone();
-        platform.spawn_worker("compactor", move |stop| archive.compactor().clone().run(archive, stop));
+/// old-store, as a kind of service.
+#[derive(Debug)]
+pub struct OldStore;
+
+impl ServiceDefinition for OldStore {
+    type Args = Args;
+    const NAME: &'static str = SERVICE;
+    const DEFAULT_PORT: u16 = DEFAULT_PORT;
+    const SCHEMA: &'static Component = &revstore_schema::version::OLD_STORE;
+
+    async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
+        let Context { store, settings } = context;
+        let archive = Archive::new(store.clone(), args.archive_settings());
+        let titles = settings.titles;
+        let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
+        platform.spawn_worker(compactor::Compaction::new(archive.clone()));
+        platform.spawn_worker(compactor::DebtSweep::new(archive.clone(), Duration::from_secs(args.debt_sweep_secs)));
+        let state = routes::AppState { platform: platform.clone(), archive, titles };
+        Ok(Service::new(platform, routes::routes(state)))
     }
-    {
-        let archive = archive.clone();
-        let interval = Duration::from_secs(args.debt_sweep_secs);
-        platform.spawn_worker("compaction-debt-sweep", move |stop| archive.compactor().clone().sweep_forever(archive, interval, stop));
-    }
-    let state = routes::AppState { platform: platform.clone(), archive, titles };
-    let router = platform.router(routes::router(state));
-    tracing::info!(service = SERVICE, address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening");
-    revstore_service::serve(platform, router, listener, shutdown).await.map_err(|e| format!("serving: {e}").into())
 }

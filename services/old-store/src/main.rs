@@ -1,11 +1,6 @@
 //! `revstore-old-store`: see the crate documentation and `--help`.
 
-use revstore_old_store::{Args, DEFAULT_PORT, SERVICE, run};
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    revstore_service::service_main(SERVICE, DEFAULT_PORT, |args: Args, settings, listener, shutdown| {
-        run(args, settings, listener, shutdown)
-    })
-    .await
+    revstore_service::service_main::<revstore_old_store::OldStore>().await
 }

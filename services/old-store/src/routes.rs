@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use futures_util::{StreamExt, TryStreamExt};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
 use revstore_service::problem::Problem;
-use revstore_service::{Access, ApiError, Platform, WriteAccess};
+use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
 use crate::archive::{Archive, ArchiveOutcome, Located};
@@ -46,8 +46,9 @@ impl FromRef<AppState> for Access {
 
 const ARCHIVE: &str = "/{domain}/v1/archive";
 
-pub fn router(state: AppState) -> axum::Router {
-    axum::Router::new()
+/// The service's routes, given their state.
+pub fn routes(state: AppState) -> Routes {
+    Routes::new()
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}"), get(get_revision).put(put_render))
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render))
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))

@@ -4,27 +4,21 @@
 
 use std::sync::Arc;
 
+use revstore_old_store::OldStore;
 use revstore_storage::testing::TestKeyspace;
 use revstore_storage::{EmbeddedEngine, EmbeddedOptions, Store};
 pub use revstore_test_service::{Engine, Service};
-use revstore_test_service::{StopSignal, spawn_parsed};
 
 pub const TOKEN: &str = "old-store-test-token";
 
-fn launch(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    spawn_parsed(argv, listener, stopped, |args: revstore_old_store::Args, settings, listener, shutdown| {
-        revstore_old_store::run(args, settings, listener, shutdown)
-    })
-}
-
 /// Starts old-store on `engine` with a fresh data directory or keyspace.
 pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_test_service::start_on(engine, "revstore-old-store", TOKEN, extra, launch).await
+    revstore_test_service::start_on::<OldStore>(engine, TOKEN, extra).await
 }
 
 /// Starts old-store on the embedded engine in `data_dir`.
 pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_test_service::start_in(data_dir, "revstore-old-store", TOKEN, extra, launch).await
+    revstore_test_service::start_in::<OldStore>(data_dir, TOKEN, extra).await
 }
 
 /// Keeps a test store's data alive, and removes it when dropped.

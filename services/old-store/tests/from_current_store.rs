@@ -8,17 +8,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Engine, start_on};
+use revstore_current_store::CurrentStore;
 use revstore_keys::Tid;
-use revstore_test_service::{StopSignal, spawn_parsed};
 use serde_json::json;
 
 const CURRENT_TOKEN: &str = "current-store-test-token";
-
-fn launch_current(argv: Vec<String>, listener: tokio::net::TcpListener, stopped: StopSignal) -> tokio::task::JoinHandle<()> {
-    spawn_parsed(argv, listener, stopped, |args: revstore_current_store::Args, settings, listener, shutdown| {
-        revstore_current_store::run(args, settings, listener, shutdown)
-    })
-}
 
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let started = Instant::now();
@@ -32,12 +26,10 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let old = start_on(engine, &[]).await;
     let peer_token = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(peer_token.path(), common::TOKEN).expect("write token");
-    let current = revstore_test_service::start_on(
+    let current = revstore_test_service::start_on::<CurrentStore>(
         Engine::Embedded,
-        "revstore-current-store",
         CURRENT_TOKEN,
         &["--old-store-url", &old.url(""), "--peer-token-file", peer_token.path().to_str().expect("utf-8"), "--grace-ttl", "1"],
-        launch_current,
     )
     .await;
     let http = reqwest::Client::new();
@@ -101,14 +93,8 @@ fn peer_token_file() -> tempfile::NamedTempFile {
 
 async fn start_current_in(dir: &std::path::Path, old_store: &common::Service, peer_token: &tempfile::NamedTempFile) -> common::Service {
     let peer = peer_token.path().to_str().expect("utf-8");
-    revstore_test_service::start_in(
-        dir,
-        "revstore-current-store",
-        CURRENT_TOKEN,
-        &["--old-store-url", &old_store.url(""), "--peer-token-file", peer],
-        launch_current,
-    )
-    .await
+    revstore_test_service::start_in::<CurrentStore>(dir, CURRENT_TOKEN, &["--old-store-url", &old_store.url(""), "--peer-token-file", peer])
+        .await
 }
 
 async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<serde_json::Value> {
@@ -243,14 +229,8 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_read_that_old_store_refuses_is_not_found() {
     let old = start_on(Engine::Embedded, &["--read-tokens", "old-store-read-token-0123"]).await;
-    let current = revstore_test_service::start_on(
-        Engine::Embedded,
-        "revstore-current-store",
-        CURRENT_TOKEN,
-        &["--old-store-url", &old.url("")],
-        launch_current,
-    )
-    .await;
+    let current =
+        revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &["--old-store-url", &old.url("")]).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 404);
     let body = answer.text().await.expect("body");
@@ -263,7 +243,7 @@ async fn a_fallback_read_that_old_store_refuses_is_not_found() {
 async fn dot_titles_are_refused_at_both_edges() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let old = start_on(Engine::Embedded, &[]).await;
-    let current = revstore_test_service::start_on(Engine::Embedded, "revstore-current-store", CURRENT_TOKEN, &[], launch_current).await;
+    let current = revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &[]).await;
     let body = r#"{"html":"<p>x</p>","data-parsoid":{},"section-offsets":{}}"#;
     for (service, token, path) in [
         (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E%2E/1"),
@@ -292,14 +272,7 @@ async fn an_unreachable_old_store_is_a_generic_503() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
     drop(closed);
-    let current = revstore_test_service::start_on(
-        Engine::Embedded,
-        "revstore-current-store",
-        CURRENT_TOKEN,
-        &["--old-store-url", &nowhere],
-        launch_current,
-    )
-    .await;
+    let current = revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &["--old-store-url", &nowhere]).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 503);
     let problem: serde_json::Value = answer.json().await.expect("problem");
