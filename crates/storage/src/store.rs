@@ -9,7 +9,7 @@ use revstore_codecs::PageTokenCodec;
 use revstore_schema::{ColumnKind, ColumnType, TableDef};
 
 use crate::error::{StoreError, StoreResult};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 
 use crate::ops::{
     Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows, ScannedPartition,
@@ -486,6 +486,8 @@ const DEFAULT_STREAM_PAGE: u32 = 1000;
 
 /// Items fetched a page at a time: `fetch` answers a page and the query of the
 /// next one (`None`: done). An error ends the stream after it is yielded.
+/// Fused: polling it after its end answers the end again (callers chain it
+/// after peeking at its first item).
 fn paged<Q, T, F, Fut>(store: Store, first: Option<Q>, fetch: F) -> impl Stream<Item = StoreResult<T>> + Send + 'static
 where
     Q: Send + 'static,
@@ -509,6 +511,7 @@ where
             }
         }
     })
+    .fuse()
 }
 
 fn validate_scan(q: &ScanQuery) -> StoreResult<()> {

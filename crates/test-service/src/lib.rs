@@ -131,23 +131,8 @@ pub async fn undocumented_answers(service: &Service, token: &str, body_limit: us
             let Ok(method) = reqwest::Method::from_bytes(method.to_ascii_uppercase().as_bytes()) else { continue };
             let takes_body = operation.get("requestBody").is_some();
             let documented = |status: u16| operation["responses"].get(status.to_string()).is_some();
-            let fill = |overrides: &[(&str, &str)]| {
-                let tid = revstore_keys::Tid::now().to_string();
-                let mut path = template.clone();
-                for (name, value) in [
-                    ("domain", "en.wikipedia.org"),
-                    ("title", "Probe_page"),
-                    ("rev", "1"),
-                    ("tid", tid.as_str()),
-                    ("part", "html"),
-                    ("shard", "0"),
-                    ("id", tid.as_str()),
-                ] {
-                    let value = overrides.iter().find(|(n, _)| *n == name).map_or(value, |(_, v)| *v);
-                    path = path.replace(&format!("{{{name}}}"), value);
-                }
-                path
-            };
+            let tid = revstore_keys::Tid::now().to_string();
+            let fill = |overrides: &[(&str, &str)]| fill_path(template, overrides, &tid);
             let body = r#"{"html":"<p>probe</p>","data-parsoid":{},"section-offsets":{}}"#;
             let mut requests: Vec<(&str, reqwest::RequestBuilder)> = vec![
                 ("no token", http.request(method.clone(), service.url(&fill(&[])))),
@@ -180,6 +165,122 @@ pub async fn undocumented_answers(service: &Service, token: &str, body_limit: us
         }
     }
     missing
+}
+
+/// The methods the contract check tries on every route.
+const METHODS: [&str; 5] = ["GET", "PUT", "POST", "DELETE", "PATCH"];
+
+/// A path template's segments: `None` for a parameter.
+fn segments(template: &str) -> Vec<Option<&str>> {
+    template.trim_start_matches('/').split('/').map(|s| if s.starts_with('{') && s.ends_with('}') { None } else { Some(s) }).collect()
+}
+
+/// The route template the router picks for a concrete path (static segments
+/// win over parameters, segment by segment, as axum's matcher does).
+fn matching_template<'a>(templates: &'a [String], path: &str) -> Option<&'a str> {
+    let wanted: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    templates
+        .iter()
+        .filter(|t| {
+            let segs = segments(t);
+            segs.len() == wanted.len() && segs.iter().zip(&wanted).all(|(s, w)| s.is_none_or(|s| s == *w))
+        })
+        // Most specific first: compare static-ness segment by segment.
+        .max_by_key(|t| segments(t).iter().map(|s| s.is_some()).collect::<Vec<bool>>())
+        .map(String::as_str)
+}
+
+/// Whether a documented path segment (static, or a parameter) describes a
+/// request's segment: revisions and tids must parse as such.
+fn describes(documented: &str, segment: &str) -> bool {
+    match documented.strip_prefix('{').and_then(|d| d.strip_suffix('}')) {
+        Some("rev") => segment.parse::<u64>().is_ok(),
+        Some("tid" | "id") => segment.parse::<revstore_keys::Tid>().is_ok(),
+        Some(_) => true,
+        None => documented == segment,
+    }
+}
+
+/// A documented path with its parameters filled with values that parse.
+fn fill_path(template: &str, overrides: &[(&str, &str)], tid: &str) -> String {
+    let mut path = template.to_owned();
+    for (name, value) in
+        [("domain", "en.wikipedia.org"), ("title", "Probe_page"), ("rev", "1"), ("tid", tid), ("part", "html"), ("shard", "0"), ("id", tid)]
+    {
+        let value = overrides.iter().find(|(n, _)| *n == name).map_or(value, |(_, v)| *v);
+        path = path.replace(&format!("{{{name}}}"), value);
+    }
+    path
+}
+
+/// Where the live router and the service's OpenAPI document disagree, as
+/// sentences; empty when they agree:
+/// - a documented operation whose path no route serves, or which its route
+///   answers 405;
+/// - a route that no documented path reaches;
+/// - a method a route accepts (anything but 405) that no documented
+///   operation whose path describes the route's requests names.
+///
+/// The ops routes (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`) are
+/// the platform's, and are not in the service's templates.
+pub async fn contract_drift(service: &Service, token: &str) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let http = reqwest::Client::new();
+    let doc: serde_json::Value = http.get(service.url("/openapi.json")).send().await.expect("openapi").json().await.expect("openapi json");
+    let paths = doc["paths"].as_object().expect("paths");
+    let tid = revstore_keys::Tid::now().to_string();
+    let templates = &service.route_templates;
+    let mut drift = BTreeSet::new();
+    // Titles that are also static segments of some route (a page named
+    // `title` is written through the route of `/page/title/…`).
+    let titles: BTreeSet<&str> =
+        std::iter::once("Probe_page").chain(templates.iter().flat_map(|t| segments(t)).flatten().filter(|s| !s.is_empty())).collect();
+    // Each route: the requests the document describes that reach it.
+    let mut reached: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for documented in paths.keys() {
+        for title in &titles {
+            let concrete = fill_path(documented, &[("title", title)], &tid);
+            match matching_template(templates, &concrete) {
+                Some(template) => {
+                    reached.entry(template).or_default().insert(concrete);
+                }
+                None if *title == "Probe_page" => {
+                    drift.insert(format!("documented {documented} is served by no route"));
+                }
+                None => {}
+            }
+        }
+    }
+    for template in templates {
+        let Some(requests) = reached.get(template.as_str()) else {
+            drift.insert(format!("route {template} is not documented"));
+            continue;
+        };
+        // The methods of every documented operation that describes one of
+        // the route's requests.
+        let mut documented = BTreeSet::new();
+        for concrete in requests {
+            let segments: Vec<&str> = concrete.trim_start_matches('/').split('/').collect();
+            for (path, item) in paths {
+                let doc_segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+                if doc_segments.len() == segments.len() && doc_segments.iter().zip(&segments).all(|(d, c)| describes(d, c)) {
+                    documented.extend(item.as_object().expect("path item").keys().map(|m| m.to_ascii_uppercase()));
+                }
+            }
+        }
+        // Methods are routed by template: one request per method tells.
+        let concrete = requests.first().expect("reached by a request");
+        for method in METHODS {
+            let request = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+            let answer = http.request(request, service.url(concrete)).bearer_auth(token).send().await.expect("request");
+            match (answer.status() != 405, documented.contains(method)) {
+                (true, false) => drift.insert(format!("route {template} accepts {method}, which is not documented")),
+                (false, true) => drift.insert(format!("route {template} is documented to take {method} but answers it 405")),
+                _ => false,
+            };
+        }
+    }
+    drift.into_iter().collect()
 }
 
 /// Runs each named async test case (`async fn case(engine: Engine)`) on each

@@ -263,3 +263,24 @@ async fn every_answer_is_documented() {
     let missing = revstore_test_service::undocumented_answers(&s, common::TOKEN, 2000).await;
     assert!(missing.is_empty(), "answers the OpenAPI document does not list:\n{}", missing.join("\n"));
 }
+
+/// The live router and the OpenAPI document describe the same routes and
+/// methods (the document is written apart from the router, so they can drift).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_and_the_openapi_document_agree() {
+    let s = common::start_on(common::Engine::Embedded, &[]).await;
+    assert!(!s.route_templates.is_empty());
+    let drift = revstore_test_service::contract_drift(&s, common::TOKEN).await;
+    assert!(drift.is_empty(), "the router and the OpenAPI document disagree:\n{}", drift.join("\n"));
+}
+
+/// A title with nothing archived has an empty history, not a panic in the
+/// middle of the answer (the stream was polled after its end; found by the
+/// contract check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_of_a_title_with_nothing_archived_is_empty() {
+    let s = common::start_on(common::Engine::Embedded, &[]).await;
+    let answer = reqwest::get(s.url("/en.wikipedia.org/v1/archive/history/Never_archived")).await.expect("send");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.expect("body"), "");
+}
