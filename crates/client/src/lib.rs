@@ -18,6 +18,9 @@ use http::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod peers;
+pub use peers::{Archived, GraphClient, OldStoreClient};
+
 /// A problem document (RFC 9457) as revstore services send it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct Problem {
@@ -217,36 +220,7 @@ impl HttpClient {
     }
 }
 
-/// Percent-encodes one path segment (a title may contain `/`, `?`, `#`, `%`, spaces).
-pub fn path_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        match b {
-            b'A'..=b'Z'
-            | b'a'..=b'z'
-            | b'0'..=b'9'
-            | b'-'
-            | b'.'
-            | b'_'
-            | b'~'
-            | b':'
-            | b'@'
-            | b'!'
-            | b'$'
-            | b'&'
-            | b'\''
-            | b'('
-            | b')'
-            | b'*'
-            | b'+'
-            | b','
-            | b';'
-            | b'=' => out.push(b as char),
-            other => out.push_str(&format!("%{other:02X}")),
-        }
-    }
-    out
-}
+pub use revstore_api::paths::path_segment;
 
 /// Whether `path` has a segment that URL parsing resolves away: `.` or `..`,
 /// in any mix of literal and percent-encoded dots (WHATWG URL treats `%2e` as
@@ -276,14 +250,6 @@ pub fn undocumented_routes(openapi: &serde_json::Value, routes: &[(Method, &str)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn titles_are_one_path_segment() {
-        assert_eq!(path_segment("AC/DC"), "AC%2FDC");
-        assert_eq!(path_segment("Main Page?x#y%"), "Main%20Page%3Fx%23y%25");
-        assert_eq!(path_segment("Ünï"), "%C3%9Cn%C3%AF");
-        assert_eq!(path_segment("User:Foo_(bar)"), "User:Foo_(bar)");
-    }
 
     #[test]
     fn dot_segments_are_refused_before_sending() {

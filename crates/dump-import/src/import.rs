@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, HeaderValue, Method, header};
-use revstore_client::{ClientError, HttpClient, path_segment};
+use revstore_api::{ArchiveBody, Part, Selection};
+use revstore_client::{Archived, ClientError, OldStoreClient};
 use revstore_keys::Tid;
 use tokio::sync::mpsc;
 
@@ -88,7 +88,7 @@ struct Job {
 /// when known) and each revision done. Fails on an unreadable dump; failed
 /// revisions are counted in the summary.
 pub async fn run_import(
-    client: HttpClient,
+    client: OldStoreClient,
     options: ImportOptions,
     progress: impl FnMut(u64, Option<u64>) + Send + 'static,
 ) -> Result<ImportSummary, DumpError> {
@@ -137,7 +137,7 @@ pub async fn run_import(
     Ok(summary)
 }
 
-async fn writer(client: HttpClient, mode: Mode, mut jobs: mpsc::Receiver<Job>, summary: Arc<ImportSummary>) {
+async fn writer(client: OldStoreClient, mode: Mode, mut jobs: mpsc::Receiver<Job>, summary: Arc<ImportSummary>) {
     while let Some(job) = jobs.recv().await {
         let Revision { title, rev_id, timestamp, text } = job.revision;
         let Some(text) = text else {
@@ -145,7 +145,7 @@ async fn writer(client: HttpClient, mode: Mode, mut jobs: mpsc::Receiver<Job>, s
             continue;
         };
         summary.text_bytes.fetch_add(text.len() as u64, Ordering::Relaxed);
-        let title = path_segment(&title.replace(' ', "_"));
+        let title = title.replace(' ', "_");
         let result = match mode {
             Mode::Import => archive(&client, &job.domain, &title, rev_id, timestamp, text, &summary).await,
             Mode::Verify => verify(&client, &job.domain, &title, rev_id, &text, &summary).await,
@@ -158,7 +158,7 @@ async fn writer(client: HttpClient, mode: Mode, mut jobs: mpsc::Receiver<Job>, s
 }
 
 async fn archive(
-    client: &HttpClient,
+    client: &OldStoreClient,
     domain: &str,
     title: &str,
     rev_id: u64,
@@ -169,36 +169,35 @@ async fn archive(
     // The render time is the revision's time: importing the dump again finds
     // the same (rev, tid) and changes nothing.
     let tid = Tid::min_at(timestamp);
-    let body = serde_json::to_vec(&serde_json::json!({ "wikitext": text })).unwrap_or_default();
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let answer = client.send(Method::PUT, &format!("/{domain}/v1/archive/{title}/{rev_id}/{tid}"), headers, Some(body)).await?;
-    let counter = if answer.status == http::StatusCode::CREATED { &summary.stored } else { &summary.already };
+    let body = ArchiveBody { wikitext: Some(text), ..ArchiveBody::default() };
+    let counter = match client.archive(domain, title, rev_id, &tid.to_string(), &body).await? {
+        Archived::Created => &summary.stored,
+        Archived::Unchanged => &summary.already,
+    };
     counter.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
 async fn verify(
-    client: &HttpClient,
+    client: &OldStoreClient,
     domain: &str,
     title: &str,
     rev_id: u64,
     text: &str,
     summary: &ImportSummary,
 ) -> Result<(), ClientError> {
-    match client.send(Method::GET, &format!("/{domain}/v1/archive/wikitext/{title}/{rev_id}"), HeaderMap::new(), None).await {
-        Ok(answer) if answer.body == text.as_bytes() => {
+    match client.read(domain, Selection::Part(Part::Wikitext), title, rev_id, None).await? {
+        Some(answer) if answer.body == text.as_bytes() => {
             summary.identical.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(_) => {
+        Some(_) => {
             summary.mismatched.fetch_add(1, Ordering::Relaxed);
             eprintln!("revision {rev_id} of {title}: old-store returns different text");
         }
-        Err(e) if e.status() == Some(http::StatusCode::NOT_FOUND) => {
+        None => {
             summary.mismatched.fetch_add(1, Ordering::Relaxed);
             eprintln!("revision {rev_id} of {title}: not in old-store");
         }
-        Err(e) => return Err(e),
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use revstore_client::{ClientOptions, HttpClient};
+use revstore_client::{ClientOptions, HttpClient, OldStoreClient};
 use revstore_dump_import::{ImportOptions, Mode, run_import};
 
 #[derive(Debug, Parser)]
@@ -60,7 +60,7 @@ async fn main() -> ExitCode {
     };
     let options = ClientOptions { token, timeout: Duration::from_secs(60), ..ClientOptions::default() };
     let client = match HttpClient::new(&args.old_store_url, options) {
-        Ok(c) => c,
+        Ok(c) => OldStoreClient::new(c),
         Err(e) => {
             eprintln!("revstore-import-dump: --old-store-url: {e}");
             return ExitCode::from(64);

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use revstore_client::{ClientOptions, HttpClient};
+use revstore_client::{ClientOptions, HttpClient, OldStoreClient};
 use revstore_dump_import::{ImportOptions, Mode, run_import};
 use revstore_test_service::Engine;
 
@@ -12,8 +12,9 @@ const TOKEN: &str = "dump-import-test-token";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sample_wiki_imports_completely_and_reads_back_identical() {
     let old_store = revstore_test_service::start_on::<revstore_old_store::OldStore>(Engine::Embedded, TOKEN, &[]).await;
-    let client =
+    let http =
         HttpClient::new(&old_store.url(""), ClientOptions { token: Some(TOKEN.into()), ..ClientOptions::default() }).expect("client");
+    let client = OldStoreClient::new(http);
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
     let options = |mode| ImportOptions { dump: dump.clone(), domain: None, writers: 4, mode };
 

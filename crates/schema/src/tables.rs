@@ -30,6 +30,28 @@ pub mod meta {
 pub mod current_store {
     use super::*;
 
+    /// The column names of current-store's tables: the declarations below and
+    /// the code that reads and writes rows use these, so a misspelt column is
+    /// a compile error.
+    pub mod col {
+        pub const ATTEMPTS: &str = "attempts";
+        pub const DATA_PARSOID: &str = "data_parsoid";
+        pub const DOMAIN: &str = "domain";
+        pub const FAILED_AT: &str = "failed_at";
+        pub const HTML: &str = "html";
+        pub const ID: &str = "id";
+        pub const KIND: &str = "kind";
+        pub const PAYLOAD: &str = "payload";
+        pub const REASON: &str = "reason";
+        pub const REV: &str = "rev";
+        pub const SECTION_OFFSETS: &str = "section_offsets";
+        pub const SHARD: &str = "shard";
+        pub const STATUS: &str = "status";
+        pub const SUPPRESSED_AT: &str = "suppressed_at";
+        pub const TID: &str = "tid";
+        pub const TITLE: &str = "title";
+    }
+
     /// The latest render of each revision a title still has here. Clustered by
     /// revision descending so an older revision can never shadow a newer one;
     /// cells are written with the tid's time as write timestamp, so re-renders of
@@ -37,13 +59,13 @@ pub mod current_store {
     pub static CURRENT: TableDef = TableDef {
         name: "current",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::clustering("rev", BigInt, Order::Desc),
-            C::regular("tid", TimeUuid),
-            C::regular("html", Blob),
-            C::regular("data_parsoid", Blob),
-            C::regular("section_offsets", Blob),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Desc),
+            C::regular(col::TID, TimeUuid),
+            C::regular(col::HTML, Blob),
+            C::regular(col::DATA_PARSOID, Blob),
+            C::regular(col::SECTION_OFFSETS, Blob),
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
@@ -55,13 +77,13 @@ pub mod current_store {
     pub static BY_REV: TableDef = TableDef {
         name: "by_rev",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::partition("rev", BigInt),
-            C::regular("tid", TimeUuid),
-            C::regular("html", Blob),
-            C::regular("data_parsoid", Blob),
-            C::regular("section_offsets", Blob),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::partition(col::REV, BigInt),
+            C::regular(col::TID, TimeUuid),
+            C::regular(col::HTML, Blob),
+            C::regular(col::DATA_PARSOID, Blob),
+            C::regular(col::SECTION_OFFSETS, Blob),
         ],
         default_ttl: Some(86_400),
         compaction: Compaction::TimeWindow,
@@ -72,13 +94,13 @@ pub mod current_store {
     pub static BY_TID: TableDef = TableDef {
         name: "by_tid",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::partition("rev", BigInt),
-            C::partition("tid", TimeUuid),
-            C::regular("html", Blob),
-            C::regular("data_parsoid", Blob),
-            C::regular("section_offsets", Blob),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::partition(col::REV, BigInt),
+            C::partition(col::TID, TimeUuid),
+            C::regular(col::HTML, Blob),
+            C::regular(col::DATA_PARSOID, Blob),
+            C::regular(col::SECTION_OFFSETS, Blob),
         ],
         default_ttl: Some(86_400),
         compaction: Compaction::TimeWindow,
@@ -91,10 +113,10 @@ pub mod current_store {
     pub static RENDERS: TableDef = TableDef {
         name: "renders",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::clustering("rev", BigInt, Order::Desc),
-            C::clustering("tid", TimeUuid, Order::Desc),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Desc),
+            C::clustering(col::TID, TimeUuid, Order::Desc),
         ],
         default_ttl: Some(86_400),
         compaction: Compaction::TimeWindow,
@@ -105,10 +127,10 @@ pub mod current_store {
     pub static SUPPRESSED: TableDef = TableDef {
         name: "suppressed",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("title", Text),
-            C::clustering("rev", BigInt, Order::Asc),
-            C::regular("suppressed_at", Timestamp),
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Asc),
+            C::regular(col::SUPPRESSED_AT, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
@@ -117,15 +139,15 @@ pub mod current_store {
 
     /// The key and columns of an outbox row, which a dead letter keeps as they were.
     const OUTBOX_ROW: [C; 9] = [
-        C::partition("shard", BigInt),
-        C::clustering("id", TimeUuid, Order::Asc),
-        C::regular("kind", Text),
-        C::regular("domain", Text),
-        C::regular("title", Text),
-        C::regular("rev", BigInt),
-        C::regular("tid", TimeUuid),
-        C::regular("payload", Blob),
-        C::regular("attempts", BigInt),
+        C::partition(col::SHARD, BigInt),
+        C::clustering(col::ID, TimeUuid, Order::Asc),
+        C::regular(col::KIND, Text),
+        C::regular(col::DOMAIN, Text),
+        C::regular(col::TITLE, Text),
+        C::regular(col::REV, BigInt),
+        C::regular(col::TID, TimeUuid),
+        C::regular(col::PAYLOAD, Blob),
+        C::regular(col::ATTEMPTS, BigInt),
     ];
 
     /// Durable hand-offs (to old-store, to the dependency graph), written in the
@@ -163,9 +185,9 @@ pub mod current_store {
             OUTBOX_ROW[6],
             OUTBOX_ROW[7],
             OUTBOX_ROW[8],
-            C::regular("failed_at", Timestamp),
-            C::regular("status", BigInt),
-            C::regular("reason", Text),
+            C::regular(col::FAILED_AT, Timestamp),
+            C::regular(col::STATUS, BigInt),
+            C::regular(col::REASON, Text),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,

@@ -40,3 +40,9 @@ impl From<revstore_keys::KeyError> for PagesError {
         PagesError::Invalid(e.to_string())
     }
 }
+
+impl From<revstore_api::BodyError> for PagesError {
+    fn from(e: revstore_api::BodyError) -> Self {
+        PagesError::Invalid(e.0)
+    }
+}

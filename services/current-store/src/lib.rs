@@ -21,7 +21,7 @@ pub mod routes;
 
 use std::time::Duration;
 
-use revstore_client::{ClientOptions, HttpClient};
+use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
 use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
@@ -96,8 +96,8 @@ impl ServiceDefinition for CurrentStore {
                 })
                 .transpose()
         };
-        let old_store = client(&args.old_store_url, "--old-store-url")?;
-        let graph = client(&args.graph_url, "--graph-url")?;
+        let old_store = client(&args.old_store_url, "--old-store-url")?.map(OldStoreClient::new);
+        let graph = client(&args.graph_url, "--graph-url")?.map(GraphClient::new);
         let Context { store, settings } = context;
         let pages = pages::Pages {
             store: store.clone(),

@@ -24,8 +24,8 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use revstore_client::{ClientError, HttpClient, path_segment};
-use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS};
+use revstore_client::{ClientError, GraphClient, OldStoreClient};
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, col};
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
 use revstore_storage::{Delete, ReadQuery, Row, Store, StoreError, Upsert, Value, Write};
@@ -35,13 +35,13 @@ use uuid::Uuid;
 /// Where each kind of outbox row goes.
 #[derive(Debug, Clone)]
 pub struct Receivers {
-    pub old_store: Option<HttpClient>,
-    pub graph: Option<HttpClient>,
+    pub old_store: Option<OldStoreClient>,
+    pub graph: Option<GraphClient>,
 }
 
 const BATCH: u32 = 100;
 /// The columns an outbox row and its dead letter share (besides `attempts`).
-const ROW_COLUMNS: [&str; 6] = ["kind", "domain", "title", "rev", "tid", "payload"];
+const ROW_COLUMNS: [&str; 6] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, col::TID, col::PAYLOAD];
 
 /// Why a delivery failed, and so what happens to the row.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
     let read = rows.len();
     let mut delivered = 0;
     for row in rows {
-        let Some(id) = row.timeuuid("id") else { continue };
+        let Some(id) = row.timeuuid(col::ID) else { continue };
         match send(receivers, &row).await {
             Ok(true) => {
                 store.write(Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)])).await.map_err(|e| e.to_string())?;
@@ -148,8 +148,8 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
                 move_aside(store, shard, id, &row, status, &reason).await.map_err(|e| e.to_string())?;
             }
             Err(Failure::Transient(e)) => {
-                let attempts = row.bigint("attempts").unwrap_or(0) + 1;
-                let _ = store.write(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]).set("attempts", attempts)).await;
+                let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
+                let _ = store.write(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]).set(col::ATTEMPTS, attempts)).await;
                 return Err(e);
             }
         }
@@ -159,13 +159,13 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
 
 /// Moves a refused row to the dead letters, atomically, and says so once.
 async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Option<u16>, reason: &str) -> Result<(), StoreError> {
-    let kind = row.text("kind").unwrap_or("unknown");
+    let kind = row.text(col::KIND).unwrap_or("unknown");
     let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::TimeUuid(id)]), row)
-        .set("attempts", row.bigint("attempts").unwrap_or(0) + 1)
-        .set("failed_at", Value::Timestamp(now_millis()))
-        .set("reason", reason.to_owned());
+        .set(col::ATTEMPTS, row.bigint(col::ATTEMPTS).unwrap_or(0) + 1)
+        .set(col::FAILED_AT, Value::Timestamp(now_millis()))
+        .set(col::REASON, reason.to_owned());
     if let Some(status) = status {
-        dead = dead.set("status", i64::from(status));
+        dead = dead.set(col::STATUS, i64::from(status));
     }
     store.apply(vec![dead.into(), Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
     metrics::counter!("outbox_dead_letters_total", "kind" => bounded_kind(kind)).increment(1);
@@ -173,9 +173,9 @@ async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Opti
         shard,
         id = %id,
         kind = bounded_kind(kind),
-        domain = row.text("domain").unwrap_or_default(),
-        title = row.text("title").unwrap_or_default(),
-        rev = row.bigint("rev").unwrap_or_default(),
+        domain = row.text(col::DOMAIN).unwrap_or_default(),
+        title = row.text(col::TITLE).unwrap_or_default(),
+        rev = row.bigint(col::REV).unwrap_or_default(),
         status,
         reason,
         "outbox row refused by its receiver: moved to the dead letters"
@@ -208,31 +208,36 @@ fn now_millis() -> i64 {
 
 /// Sends one row; `Ok(false)` when nothing is configured to receive it.
 async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
-    let (Some(kind), Some(domain), Some(title), Some(rev)) = (row.text("kind"), row.text("domain"), row.text("title"), row.bigint("rev"))
+    let (Some(kind), Some(domain), Some(title), Some(rev)) =
+        (row.text(col::KIND), row.text(col::DOMAIN), row.text(col::TITLE), row.bigint(col::REV))
     else {
         return Err(Failure::unreadable("malformed outbox row: kind, domain, title or rev missing".to_owned()));
     };
-    let title = path_segment(title);
     // Payloads are stored as envelopes (compressed); receivers get the JSON.
-    let payload = match row.blob("payload") {
+    let payload = match row.blob(col::PAYLOAD) {
         Some(stored) if !stored.is_empty() => revstore_codecs::Envelope::default()
             .decode(stored)
             .map_err(|e| Failure::unreadable(format!("unreadable outbox payload: {e}")))?
             .into_owned(),
         _ => Vec::new(),
     };
-    let json = http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"))]);
-    let (client, method, path, body) = match kind {
+    let rev = u64::try_from(rev).map_err(|_| Failure::unreadable(format!("outbox row with revision {rev}")))?;
+    match kind {
         "archive" => {
-            let tid = row.timeuuid("tid").ok_or_else(|| Failure::unreadable("archive row without tid".to_owned()))?;
-            (&receivers.old_store, http::Method::PUT, format!("/{domain}/v1/archive/{title}/{rev}/{tid}"), Some(payload))
+            let tid = row.timeuuid(col::TID).ok_or_else(|| Failure::unreadable("archive row without tid".to_owned()))?;
+            let Some(old_store) = &receivers.old_store else { return Ok(false) };
+            old_store.archive_json(domain, title, rev, &tid.to_string(), payload).await.map_err(Failure::of)?;
         }
-        "suppress" => (&receivers.old_store, http::Method::POST, format!("/{domain}/v1/archive/{title}/{rev}/suppress"), None),
-        "change" => (&receivers.graph, http::Method::POST, format!("/{domain}/v1/changes"), Some(payload)),
+        "suppress" => {
+            let Some(old_store) = &receivers.old_store else { return Ok(false) };
+            old_store.suppress(domain, title, rev).await.map_err(Failure::of)?;
+        }
+        "change" => {
+            let Some(graph) = &receivers.graph else { return Ok(false) };
+            graph.notify_json(domain, payload).await.map_err(Failure::of)?;
+        }
         other => return Err(Failure::unreadable(format!("unknown outbox kind {:?}", other.chars().take(32).collect::<String>()))),
-    };
-    let Some(client) = client else { return Ok(false) };
-    client.send(method, &path, json, body).await.map_err(Failure::of)?;
+    }
     Ok(true)
 }
 
@@ -257,19 +262,19 @@ pub struct DeadLetter {
 
 impl DeadLetter {
     fn of(shard: i64, row: &Row) -> Option<DeadLetter> {
-        let millis = row.timestamp("failed_at").unwrap_or(0).max(0) as u64;
+        let millis = row.timestamp(col::FAILED_AT).unwrap_or(0).max(0) as u64;
         Some(DeadLetter {
             shard,
-            id: row.timeuuid("id")?.to_string(),
-            kind: row.text("kind").unwrap_or_default().to_owned(),
-            domain: row.text("domain").unwrap_or_default().to_owned(),
-            title: row.text("title").unwrap_or_default().to_owned(),
-            rev: row.bigint("rev").unwrap_or_default(),
-            tid: row.timeuuid("tid").map(|t| t.to_string()),
-            attempts: row.bigint("attempts").unwrap_or_default(),
+            id: row.timeuuid(col::ID)?.to_string(),
+            kind: row.text(col::KIND).unwrap_or_default().to_owned(),
+            domain: row.text(col::DOMAIN).unwrap_or_default().to_owned(),
+            title: row.text(col::TITLE).unwrap_or_default().to_owned(),
+            rev: row.bigint(col::REV).unwrap_or_default(),
+            tid: row.timeuuid(col::TID).map(|t| t.to_string()),
+            attempts: row.bigint(col::ATTEMPTS).unwrap_or_default(),
             failed_at: revstore_keys::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(millis)),
-            status: row.bigint("status"),
-            reason: row.text("reason").unwrap_or_default().to_owned(),
+            status: row.bigint(col::STATUS),
+            reason: row.text(col::REASON).unwrap_or_default().to_owned(),
         })
     }
 }
@@ -349,10 +354,11 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
     };
     let mut moved = 0;
     for (shard, row) in rows {
-        let Some(id) = row.timeuuid("id") else { continue };
-        let back: Write = copy_columns(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]), &row).set("attempts", 0i64).into();
+        let Some(id) = row.timeuuid(col::ID) else { continue };
+        let back: Write =
+            copy_columns(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]), &row).set(col::ATTEMPTS, 0i64).into();
         store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
-        metrics::counter!("outbox_redriven_total", "kind" => bounded_kind(row.text("kind").unwrap_or_default())).increment(1);
+        metrics::counter!("outbox_redriven_total", "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
         moved += 1;
     }
     if moved > 0 {

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED};
+use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED, col};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
@@ -83,8 +83,8 @@ fn key(domain: &Domain, title: &Title) -> [Value; 2] {
 }
 
 fn render_id(row: &Row) -> Result<RenderId, PagesError> {
-    let rev = row.bigint("rev").and_then(|r| RevId::new(r as u64).ok());
-    let tid = row.timeuuid("tid").and_then(|t| Tid::from_uuid(t).ok());
+    let rev = row.bigint(col::REV).and_then(|r| RevId::new(r as u64).ok());
+    let tid = row.timeuuid(col::TID).and_then(|t| Tid::from_uuid(t).ok());
     match (rev, tid) {
         (Some(rev), Some(tid)) => Ok(RenderId { rev, tid }),
         _ => Err(PagesError::Corrupt(format!("stored render without a valid rev or tid: {row:?}"))),
@@ -102,7 +102,7 @@ impl Pages {
 
     pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, PagesError> {
         let [d, t] = key(domain, title);
-        Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec!["suppressed_at"])).await?.is_some())
+        Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT])).await?.is_some())
     }
 
     /// The latest render of the latest revision.
@@ -153,11 +153,11 @@ impl Pages {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await?
-            && row.timeuuid("tid") == Some(tid.uuid())
+            && row.timeuuid(col::TID) == Some(tid.uuid())
         {
             return Ok(Some(Found { id: render_id(&row)?, row }));
         }
-        let by_tid_columns: Vec<&'static str> = columns.iter().copied().filter(|c| *c != "tid").collect();
+        let by_tid_columns: Vec<&'static str> = columns.iter().copied().filter(|c| *c != col::TID).collect();
         match self.store.get(&BY_TID, vec![d, t, r, Value::from(tid)], Some(by_tid_columns)).await? {
             Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
             None => Ok(None),
@@ -178,13 +178,13 @@ impl Pages {
         if self.is_suppressed(domain, title, id.rev).await? {
             return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
-        let latest = self.latest(domain, title, &["tid", "html", "data_parsoid", "section_offsets"]).await?;
+        let latest = self.latest(domain, title, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]).await?;
         check_preconditions(pre, latest.as_ref().map(|l| l.id))?;
-        if latest.as_ref().is_some_and(|l| l.id == id) || self.of_tid(domain, title, id.rev, id.tid, &["tid"]).await?.is_some() {
+        if latest.as_ref().is_some_and(|l| l.id == id) || self.of_tid(domain, title, id.rev, id.tid, &[col::TID]).await?.is_some() {
             return Ok(PutOutcome::AlreadyStored);
         }
         let first_of_revision =
-            latest.as_ref().is_none_or(|l| l.id.rev != id.rev) && self.of_rev(domain, title, id.rev, &["tid"]).await?.is_none();
+            latest.as_ref().is_none_or(|l| l.id.rev != id.rev) && self.of_rev(domain, title, id.rev, &[col::TID]).await?.is_none();
 
         let parts = StoredParts::encode(body);
         let ts = id.tid.unix_micros();
@@ -194,19 +194,19 @@ impl Pages {
         if becomes_latest {
             writes.push(
                 Upsert::new(&CURRENT, [d.clone(), t.clone(), Value::from(id.rev.as_i64())])
-                    .set("tid", id.tid)
-                    .set("html", parts.html.clone())
-                    .set("data_parsoid", parts.data_parsoid.clone())
-                    .set("section_offsets", parts.section_offsets.clone())
+                    .set(col::TID, id.tid)
+                    .set(col::HTML, parts.html.clone())
+                    .set(col::DATA_PARSOID, parts.data_parsoid.clone())
+                    .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
                     .timestamp(ts)
                     .into(),
             );
             if let Some(old) = &latest {
                 // Copy-on-update: the superseded render's grace period starts now.
                 let old_parts = StoredParts {
-                    html: old.row.blob("html").unwrap_or_default().to_vec(),
-                    data_parsoid: old.row.blob("data_parsoid").unwrap_or_default().to_vec(),
-                    section_offsets: old.row.blob("section_offsets").unwrap_or_default().to_vec(),
+                    html: old.row.blob(col::HTML).unwrap_or_default().to_vec(),
+                    data_parsoid: old.row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
+                    section_offsets: old.row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
                 };
                 writes.extend(self.grace_copies(domain, title, old.id, &old_parts));
                 if id.rev > old.id.rev {
@@ -224,7 +224,11 @@ impl Pages {
             writes.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
         }
         if first_of_revision && becomes_latest && self.notify_graph {
-            let notice = serde_json::json!({ "page": title.as_str(), "type": "modification", "at": rendered_at(id.tid) });
+            let notice = revstore_api::ChangeNotice {
+                page: title.as_str().to_owned(),
+                kind: revstore_api::ChangeKind::Modification,
+                at: rendered_at(id.tid),
+            };
             let notice = revstore_codecs::Envelope::default()
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
             writes.push(self.outbox("change", domain, title, id, notice).into());
@@ -240,16 +244,16 @@ impl Pages {
         let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
         vec![
             Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
-                .set("html", parts.html.clone())
-                .set("data_parsoid", parts.data_parsoid.clone())
-                .set("section_offsets", parts.section_offsets.clone())
+                .set(col::HTML, parts.html.clone())
+                .set(col::DATA_PARSOID, parts.data_parsoid.clone())
+                .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
                 .ttl(grace)
                 .into(),
             Upsert::new(&BY_REV, [d.clone(), t.clone(), r.clone()])
-                .set("tid", id.tid)
-                .set("html", parts.html.clone())
-                .set("data_parsoid", parts.data_parsoid.clone())
-                .set("section_offsets", parts.section_offsets.clone())
+                .set(col::TID, id.tid)
+                .set(col::HTML, parts.html.clone())
+                .set(col::DATA_PARSOID, parts.data_parsoid.clone())
+                .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
                 .ttl(grace)
                 .timestamp(id.tid.unix_micros())
                 .into(),
@@ -259,13 +263,13 @@ impl Pages {
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
         Upsert::new(&OUTBOX, [Value::from(outbox_shard(domain, title)), Value::from(Tid::now())])
-            .set("kind", kind)
-            .set("domain", domain.as_str())
-            .set("title", title.as_str())
-            .set("rev", id.rev.as_i64())
-            .set("tid", id.tid)
-            .set("payload", payload)
-            .set("attempts", 0i64)
+            .set(col::KIND, kind)
+            .set(col::DOMAIN, domain.as_str())
+            .set(col::TITLE, title.as_str())
+            .set(col::REV, id.rev.as_i64())
+            .set(col::TID, id.tid)
+            .set(col::PAYLOAD, payload)
+            .set(col::ATTEMPTS, 0i64)
     }
 
     /// Every grace-period render a query finds, a page at a time (a page
@@ -276,7 +280,7 @@ impl Pages {
 
     /// The renders held for a title, newest first.
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
-        let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns(["tid"])).await?.rows;
+        let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns([col::TID])).await?.rows;
         let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
         let mut held: Vec<(RenderId, &'static str)> = Vec::new();
         for row in &current {
@@ -326,7 +330,7 @@ impl Pages {
         let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?;
         let mut writes: Vec<Write> = vec![
-            Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set("suppressed_at", Value::Timestamp(now_ms)).into(),
+            Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
             Delete::row(&CURRENT, [d.clone(), t.clone()], [r.clone()]).into(),
             Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).into(),
             Delete::range(&RENDERS, [d.clone(), t.clone()], Slice::prefix([r.clone()])).into(),

@@ -4,81 +4,33 @@
 use revstore_codecs::{Compression, Envelope};
 use revstore_keys::{RevId, Tid};
 
+use revstore_schema::tables::current_store::col;
+
 use crate::error::PagesError;
-use serde::{Deserialize, Serialize};
 
-/// The body of a render write, as the HTTP API contract gives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RenderBody {
-    /// The Parsoid HTML document.
-    pub html: String,
-    /// data-parsoid, a JSON object.
-    #[serde(rename = "data-parsoid")]
-    #[schema(value_type = Object)]
-    pub data_parsoid: serde_json::Value,
-    /// Section offsets, a JSON object.
-    #[serde(rename = "section-offsets")]
-    #[schema(value_type = Object)]
-    pub section_offsets: serde_json::Value,
-}
+pub use revstore_api::{Part, RenderBody, Selection};
 
-impl RenderBody {
-    pub fn validate(&self) -> Result<(), PagesError> {
-        let invalid = |what: &str| Err(PagesError::Invalid(what.to_owned()));
-        if self.html.is_empty() {
-            return invalid("html is empty");
-        }
-        if !self.data_parsoid.is_object() {
-            return invalid("data-parsoid must be a JSON object");
-        }
-        if !self.section_offsets.is_object() {
-            return invalid("section-offsets must be a JSON object");
-        }
-        Ok(())
+/// The parts current-store serves (it holds no wikitext).
+pub const SERVED: [Part; 3] = [Part::Html, Part::DataParsoid, Part::SectionOffsets];
+
+/// The column a part is stored in.
+pub fn column(part: Part) -> Option<&'static str> {
+    match part {
+        Part::Html => Some(col::HTML),
+        Part::DataParsoid => Some(col::DATA_PARSOID),
+        Part::SectionOffsets => Some(col::SECTION_OFFSETS),
+        Part::Wikitext => None,
     }
 }
 
-/// One part of a render, as named in URLs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    Html,
-    DataParsoid,
-    SectionOffsets,
-    /// All three parts in one JSON document, with `rev` and `tid`.
-    Bundle,
-}
-
-pub const HTML_PROFILE: &str = "https://www.mediawiki.org/wiki/Specs/HTML/2.8.0";
-pub const DATA_PARSOID_PROFILE: &str = "https://www.mediawiki.org/wiki/Specs/data-parsoid/0.0.1";
-
-impl Part {
-    pub fn parse(s: &str) -> Option<Part> {
-        Some(match s {
-            "html" => Part::Html,
-            "data-parsoid" => Part::DataParsoid,
-            "section-offsets" => Part::SectionOffsets,
-            "bundle" => Part::Bundle,
-            _ => return None,
-        })
-    }
-
-    pub fn content_type(self) -> String {
-        match self {
-            Part::Html => format!("text/html; charset=utf-8; profile=\"{HTML_PROFILE}\""),
-            Part::DataParsoid => format!("application/json; charset=utf-8; profile=\"{DATA_PARSOID_PROFILE}\""),
-            Part::SectionOffsets | Part::Bundle => "application/json; charset=utf-8".to_owned(),
-        }
-    }
-
-    /// The stored columns a read of this part needs.
-    pub fn columns(self) -> &'static [&'static str] {
-        match self {
-            Part::Html => &["tid", "html"],
-            Part::DataParsoid => &["tid", "data_parsoid"],
-            Part::SectionOffsets => &["tid", "section_offsets"],
-            Part::Bundle => &["tid", "html", "data_parsoid", "section_offsets"],
-        }
+/// The stored columns a read of `selection` needs.
+pub fn columns(selection: Selection) -> &'static [&'static str] {
+    match selection {
+        Selection::Part(Part::Html) => &[col::TID, col::HTML],
+        Selection::Part(Part::DataParsoid) => &[col::TID, col::DATA_PARSOID],
+        Selection::Part(Part::SectionOffsets) => &[col::TID, col::SECTION_OFFSETS],
+        Selection::Part(Part::Wikitext) => &[col::TID],
+        Selection::Bundle => &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS],
     }
 }
 
@@ -118,7 +70,7 @@ pub struct RenderId {
 impl RenderId {
     /// `"<rev>/<tid>"`, quoted, as the ETag header carries it.
     pub fn etag(&self) -> String {
-        format!("\"{}/{}\"", self.rev, self.tid)
+        revstore_api::render_etag(self.rev.get(), &self.tid)
     }
 
     /// Precedence: by revision, then by render time.

@@ -13,7 +13,8 @@ use axum::extract::{FromRef, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use revstore_client::{ClientError, HttpClient, path_segment};
+use revstore_api::{ArchiveBody, Bundle, Part, Selection, paths};
+use revstore_client::{ClientError, OldStoreClient};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
 use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
@@ -21,7 +22,7 @@ use utoipa::OpenApi;
 
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
 use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
-use crate::render::{Part, RenderBody, RenderId, decode_part};
+use crate::render::{RenderBody, RenderId, SERVED, column, columns, decode_part};
 
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -29,7 +30,7 @@ pub struct AppState {
     pub pages: Pages,
     pub titles: TitleRules,
     /// Where revisions no longer held here are fetched from.
-    pub old_store: Option<HttpClient>,
+    pub old_store: Option<OldStoreClient>,
 }
 
 impl FromRef<AppState> for Access {
@@ -89,8 +90,8 @@ fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Titl
     Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
 }
 
-fn part(s: &str) -> Result<Part, ApiError> {
-    Part::parse(s).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: one of html, data-parsoid, section-offsets, bundle")))
+fn part(s: &str) -> Result<Selection, ApiError> {
+    Selection::parse(s, &SERVED).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: {}", Selection::choices(&SERVED))))
 }
 
 fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
@@ -109,7 +110,7 @@ fn preconditions(headers: &HeaderMap) -> Result<Preconditions, ApiError> {
 }
 
 /// A render part as an HTTP response, honouring `If-None-Match`.
-fn serve_part(found: &Found, part: Part, request: &HeaderMap, cache_control: &'static str) -> Result<Response, ApiError> {
+fn serve_part(found: &Found, selection: Selection, request: &HeaderMap, cache_control: &'static str) -> Result<Response, ApiError> {
     let etag = found.id.etag();
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, HeaderValue::from_str(&etag).map_err(ApiError::internal)?);
@@ -117,29 +118,28 @@ fn serve_part(found: &Found, part: Part, request: &HeaderMap, cache_control: &'s
     if revstore_service::not_modified(request, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
     }
-    let blob = |column: &str| found.row.blob(column).ok_or_else(|| ApiError::internal(format!("render {etag} has no {column}")));
-    let body: Vec<u8> = match part {
-        Part::Html => decode_part(blob("html")?, "html")?,
-        Part::DataParsoid => decode_part(blob("data_parsoid")?, "data-parsoid")?,
-        Part::SectionOffsets => decode_part(blob("section_offsets")?, "section-offsets")?,
-        Part::Bundle => {
-            let json = |column: &str, what: &str| -> Result<serde_json::Value, ApiError> {
-                serde_json::from_slice(&decode_part(blob(column)?, what)?)
-                    .map_err(|e| ApiError::internal(format!("stored {what} is not JSON: {e}")))
+    let decoded = |part: Part| -> Result<Vec<u8>, ApiError> {
+        let column = column(part).ok_or_else(|| ApiError::not_found(format!("current-store holds no {}", part.name())))?;
+        let stored = found.row.blob(column).ok_or_else(|| ApiError::internal(format!("render {etag} has no {column}")))?;
+        Ok(decode_part(stored, part.name())?)
+    };
+    let body: Vec<u8> = match selection {
+        Selection::Part(part) => decoded(part)?,
+        Selection::Bundle => {
+            let json = |part: Part| -> Result<serde_json::Value, ApiError> {
+                serde_json::from_slice(&decoded(part)?).map_err(|e| ApiError::internal(format!("stored {} is not JSON: {e}", part.name())))
             };
-            let html = String::from_utf8(decode_part(blob("html")?, "html")?)
-                .map_err(|e| ApiError::internal(format!("stored html is not UTF-8: {e}")))?;
-            serde_json::to_vec(&serde_json::json!({
-                "rev": found.id.rev.get(),
-                "tid": found.id.tid.to_string(),
-                "html": html,
-                "data-parsoid": json("data_parsoid", "data-parsoid")?,
-                "section-offsets": json("section_offsets", "section-offsets")?,
-            }))
-            .map_err(ApiError::internal)?
+            let html = String::from_utf8(decoded(Part::Html)?).map_err(|e| ApiError::internal(format!("stored html is not UTF-8: {e}")))?;
+            let parts = ArchiveBody {
+                html: Some(html),
+                data_parsoid: Some(json(Part::DataParsoid)?),
+                section_offsets: Some(json(Part::SectionOffsets)?),
+                wikitext: None,
+            };
+            serde_json::to_vec(&Bundle { rev: found.id.rev.get(), tid: found.id.tid.to_string(), parts }).map_err(ApiError::internal)?
         }
     };
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&part.content_type()).map_err(ApiError::internal)?);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(selection.content_type()));
     Ok((StatusCode::OK, headers, body).into_response())
 }
 
@@ -153,23 +153,14 @@ async fn from_old_store(
     state: &AppState,
     domain: &Domain,
     title: &Title,
-    part: Part,
+    selection: Selection,
     rev: RevId,
     tid: Option<Tid>,
 ) -> Result<Option<Response>, ApiError> {
     let Some(old) = &state.old_store else { return Ok(None) };
-    let part_name = match part {
-        Part::Html => "html",
-        Part::DataParsoid => "data-parsoid",
-        Part::SectionOffsets => "section-offsets",
-        Part::Bundle => "bundle",
-    };
-    let mut path = format!("/{}/v1/archive/{part_name}/{}/{rev}", domain, path_segment(title.as_str()));
-    if let Some(tid) = tid {
-        path.push_str(&format!("/{tid}"));
-    }
-    match old.send(http::Method::GET, &path, HeaderMap::new(), None).await {
-        Ok(answer) => {
+    let tid = tid.map(|t| t.to_string());
+    match old.read(domain.as_str(), selection, title.as_str(), rev.get(), tid.as_deref()).await {
+        Ok(Some(answer)) => {
             let mut headers = HeaderMap::new();
             for name in [header::CONTENT_TYPE, header::ETAG] {
                 if let Some(v) = answer.headers.get(&name) {
@@ -179,8 +170,9 @@ async fn from_old_store(
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(FIXED_CACHE));
             Ok(Some((StatusCode::OK, headers, answer.body).into_response()))
         }
-        // A refusal (404, or a 4xx for a request old-store will never answer)
-        // means old-store does not have it: not found, as if never archived.
+        Ok(None) => Ok(None),
+        // A refusal (a 4xx for a request old-store will never answer) means
+        // old-store does not have it: not found, as if never archived.
         Err(e) if e.status().is_some_and(|s| s.is_client_error()) => {
             tracing::debug!(error = %e, "old-store refused the fallback read");
             Ok(None)
@@ -221,7 +213,7 @@ fn written(outcome: PutOutcome, domain: &Domain, title: &Title, id: RenderId) ->
     };
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, HeaderValue::from_str(&id.etag()).map_err(ApiError::internal)?);
-    let location = format!("/{domain}/v1/page/html/{}/{}/{}", path_segment(title.as_str()), id.rev, id.tid);
+    let location = paths::page_render(domain.as_str(), Selection::Part(Part::Html), title.as_str(), id.rev.get(), &id.tid.to_string());
     headers.insert(header::LOCATION, HeaderValue::from_str(&location).map_err(ApiError::internal)?);
     let body = Stored { rev: id.rev.get(), tid: id.tid.to_string(), stored: outcome == PutOutcome::Created };
     Ok((status, headers, Json(body)).into_response())
@@ -291,7 +283,7 @@ async fn get_latest(
 ) -> Result<Response, ApiError> {
     let part = part(&part_name)?;
     let (domain, title) = page_key(&state, &domain, &title)?;
-    match state.pages.latest(&domain, &title, part.columns()).await? {
+    match state.pages.latest(&domain, &title, columns(part)).await? {
         Some(found) => serve_part(&found, part, &headers, LATEST_CACHE),
         None => Err(ApiError::not_found(format!("no render of {title} on {domain}"))),
     }
@@ -309,7 +301,7 @@ async fn get_render_of_rev(
     let part = part(&part_name)?;
     let (domain, title) = page_key(&state, &domain, &title)?;
     let rev = RevId::parse(&rev)?;
-    if let Some(found) = state.pages.of_rev(&domain, &title, rev, part.columns()).await? {
+    if let Some(found) = state.pages.of_rev(&domain, &title, rev, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
     }
     if state.pages.is_suppressed(&domain, &title, rev).await? {
@@ -333,7 +325,7 @@ async fn get_render_of_tid(
     let part = part(&part_name)?;
     let (domain, title) = page_key(&state, &domain, &title)?;
     let (rev, tid) = (RevId::parse(&rev)?, Tid::parse(&tid)?);
-    if let Some(found) = state.pages.of_tid(&domain, &title, rev, tid, part.columns()).await? {
+    if let Some(found) = state.pages.of_tid(&domain, &title, rev, tid, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
     }
     if state.pages.is_suppressed(&domain, &title, rev).await? {

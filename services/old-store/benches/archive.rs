@@ -112,9 +112,10 @@ async fn main() {
     Service::start(dir.path(), &[]).await.stop();
     let empty = dir_bytes(dir.path());
     let service = Service::start(dir.path(), &[]).await;
-    let client =
+    let client = revstore_client::OldStoreClient::new(
         revstore_client::HttpClient::new(&service.base, revstore_client::ClientOptions { token: Some(TOKEN.into()), ..Default::default() })
-            .unwrap();
+            .unwrap(),
+    );
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
     let options = |mode| revstore_dump_import::ImportOptions { dump: dump.clone(), domain: None, writers: 8, mode };
     let imported = revstore_dump_import::run_import(client.clone(), options(revstore_dump_import::Mode::Import), |_, _| {}).await.unwrap();

@@ -20,7 +20,9 @@ use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
 use crate::archive::{Archive, ArchiveOutcome, Located};
-use crate::body::{ArchiveBody, Part, StoredParts, bundle};
+use revstore_api::{Selection, render_etag};
+
+use crate::body::{ArchiveBody, Part, StoredParts, block_entry, bundle};
 use crate::debt::SweepReport;
 use crate::error::ArchiveError;
 
@@ -71,16 +73,9 @@ fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Titl
     Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
 }
 
-/// A part named in a URL; `None` for the bundle.
-fn part(s: &str) -> Result<Option<Part>, ApiError> {
-    if s == "bundle" {
-        return Ok(None);
-    }
-    Part::ALL
-        .into_iter()
-        .find(|p| p.name() == s)
-        .map(Some)
-        .ok_or_else(|| ApiError::not_found(format!("no part {s:?}: one of html, data-parsoid, section-offsets, wikitext, bundle")))
+/// What a read URL names: old-store serves every part, wikitext included.
+fn part(s: &str) -> Result<Selection, ApiError> {
+    Selection::parse(s, &Part::ALL).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: {}", Selection::choices(&Part::ALL))))
 }
 
 /// The answer to an archive write.
@@ -114,9 +109,9 @@ async fn put_render(
     let rev = RevId::parse(&rev)?;
     let tid = Tid::parse(&tid)?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    body.validate()?;
+    crate::body::check(&body)?;
     tid.check_render_time(std::time::SystemTime::now())?;
-    let outcome = state.archive.archive(&domain, &title, rev, tid, body.encode()).await?;
+    let outcome = state.archive.archive(&domain, &title, rev, tid, block_entry(&body)).await?;
     let (status, outcome, reason) = match outcome {
         ArchiveOutcome::Stored => (StatusCode::CREATED, "stored", None),
         ArchiveOutcome::AlreadyStored => (StatusCode::OK, "stored", None),
@@ -131,7 +126,7 @@ async fn put_render(
 }
 
 fn etag(rev: u64, tid: Tid) -> Result<HeaderValue, ApiError> {
-    HeaderValue::from_str(&format!("\"{rev}/{tid}\"")).map_err(ApiError::internal)
+    HeaderValue::from_str(&render_etag(rev, &tid)).map_err(ApiError::internal)
 }
 
 /// Read a revision's first archived render.
@@ -190,17 +185,16 @@ async fn read(
     }
     let entry = archive.content(&domain, &title, &located).await?;
     let parts = StoredParts::parse(&entry.content).map_err(ApiError::internal)?;
-    let (content_type, body) = match part {
-        Some(part) => {
-            let bytes = parts.get(part).ok_or_else(|| ApiError::not_found(format!("revision {rev} of {title} has no {}", part.name())))?;
-            (part.content_type(), bytes.to_vec())
+    let body = match part {
+        Selection::Part(part) => {
+            parts.get(part).ok_or_else(|| ApiError::not_found(format!("revision {rev} of {title} has no {}", part.name())))?.to_vec()
         }
-        None => {
+        Selection::Bundle => {
             let b = bundle(located.rev, &located.tid.to_string(), &parts).map_err(ApiError::internal)?;
-            ("application/json; charset=utf-8".to_owned(), serde_json::to_vec(&b).map_err(ApiError::internal)?)
+            serde_json::to_vec(&b).map_err(ApiError::internal)?
         }
     };
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).map_err(ApiError::internal)?);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(part.content_type()));
     Ok((StatusCode::OK, headers, body).into_response())
 }
 

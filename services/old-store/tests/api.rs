@@ -216,6 +216,8 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
         (Method::POST, "/{domain}/v1/archive/{title}/{rev}/suppress"),
     ];
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
+    // What current-store and dump-import call, through the typed client.
+    assert_eq!(revstore_client::undocumented_routes(&doc, &revstore_client::OldStoreClient::ROUTES), Vec::<String>::new());
 }
 
 /// A restart loses the decoded-block cache and the compaction queue: appends

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{Engine, store_on};
 use revstore_keys::{Domain, RevId, Tid, TitleRules};
 use revstore_old_store::archive::{ArchiveOutcome, BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
-use revstore_old_store::body::{ArchiveBody, Part, StoredParts};
+use revstore_old_store::body::{ArchiveBody, Part, StoredParts, block_entry};
 use revstore_old_store::debt::debt_shard;
 use revstore_old_store::error::ArchiveError;
 use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
@@ -34,7 +34,7 @@ fn page(title: &str) -> (Domain, revstore_keys::Title) {
 }
 
 fn html_entry(html: &str) -> Vec<u8> {
-    ArchiveBody { html: Some(html.to_owned()), ..Default::default() }.encode()
+    block_entry(&ArchiveBody { html: Some(html.to_owned()), ..Default::default() })
 }
 
 /// Reads every revision back through a fresh archive (cold cache) and checks it.

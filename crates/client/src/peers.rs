@@ -1,0 +1,104 @@
+//! Typed clients of the services revstore services call: old-store (archive
+//! writes, suppressions, fallback reads) and the dependency graph (change
+//! notices). Paths and bodies come from the wire contract (`revstore-api`);
+//! each client lists the routes it calls (`ROUTES`) so tests check them
+//! against the service's OpenAPI document.
+
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use revstore_api::{ArchiveBody, Selection, paths};
+
+use crate::{Answer, ClientError, HttpClient};
+
+fn json_headers() -> HeaderMap {
+    HeaderMap::from_iter([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))])
+}
+
+/// What an archive write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Archived {
+    /// Stored now (201).
+    Created,
+    /// Already stored, or skipped by old-store's update policy (200).
+    Unchanged,
+}
+
+/// old-store, as current-store and dump-import call it.
+#[derive(Debug, Clone)]
+pub struct OldStoreClient {
+    http: HttpClient,
+}
+
+impl OldStoreClient {
+    /// The routes this client calls, as old-store documents them.
+    pub const ROUTES: [(Method, &'static str); 4] = [
+        (Method::PUT, "/{domain}/v1/archive/{title}/{rev}/{tid}"),
+        (Method::POST, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}"),
+        (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}/{tid}"),
+    ];
+
+    pub fn new(http: HttpClient) -> Self {
+        OldStoreClient { http }
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.http.base_url()
+    }
+
+    /// Archives a render (idempotent: PUT, retried on transient failures).
+    pub async fn archive(&self, domain: &str, title: &str, rev: u64, tid: &str, body: &ArchiveBody) -> Result<Archived, ClientError> {
+        let json = serde_json::to_vec(body).map_err(|e| ClientError::Config(format!("cannot encode the body: {e}")))?;
+        self.archive_json(domain, title, rev, tid, json).await
+    }
+
+    /// Archives a render whose body is already JSON (an [`ArchiveBody`]), as
+    /// current-store's outbox keeps it.
+    pub async fn archive_json(&self, domain: &str, title: &str, rev: u64, tid: &str, json: Vec<u8>) -> Result<Archived, ClientError> {
+        let answer = self.http.send(Method::PUT, &paths::archive_render(domain, title, rev, tid), json_headers(), Some(json)).await?;
+        Ok(if answer.status == StatusCode::CREATED { Archived::Created } else { Archived::Unchanged })
+    }
+
+    /// Hides a revision from every read.
+    pub async fn suppress(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
+        self.http.send(Method::POST, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
+        Ok(())
+    }
+
+    /// Reads a revision's first render (or the render `tid`): the answer with
+    /// its `Content-Type` and `ETag`, or `None` when old-store does not have it.
+    pub async fn read(
+        &self,
+        domain: &str,
+        selection: Selection,
+        title: &str,
+        rev: u64,
+        tid: Option<&str>,
+    ) -> Result<Option<Answer>, ClientError> {
+        match self.http.send(Method::GET, &paths::archive_read(domain, selection, title, rev, tid), HeaderMap::new(), None).await {
+            Ok(answer) => Ok(Some(answer)),
+            Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The dependency graph, as current-store calls it.
+#[derive(Debug, Clone)]
+pub struct GraphClient {
+    http: HttpClient,
+}
+
+impl GraphClient {
+    /// The routes this client calls, as the graph documents them.
+    pub const ROUTES: [(Method, &'static str); 1] = [(Method::POST, "/{domain}/v1/changes")];
+
+    pub fn new(http: HttpClient) -> Self {
+        GraphClient { http }
+    }
+
+    /// Posts a change notice (a [`revstore_api::ChangeNotice`], already JSON).
+    pub async fn notify_json(&self, domain: &str, json: Vec<u8>) -> Result<(), ClientError> {
+        self.http.send(Method::POST, &paths::graph_changes(domain), json_headers(), Some(json)).await?;
+        Ok(())
+    }
+}
