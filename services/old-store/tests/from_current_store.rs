@@ -66,6 +66,14 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     assert_eq!(old_rev.status(), 200);
     assert!(old_rev.headers().get("etag").and_then(|v| v.to_str().ok()).is_some_and(|e| e.starts_with("\"18201/")));
     assert_eq!(old_rev.text().await.expect("body"), html[0]);
+    // A part has one content type, whichever service it comes from (the
+    // data-parsoid profile was once missing from old-store's).
+    let content_type = |r: &reqwest::Response| r.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let held_dp = http.get(current.url("/en.wikipedia.org/v1/page/data-parsoid/Anarchism/21111")).send().await.expect("send");
+    let archived_dp = http.get(current.url("/en.wikipedia.org/v1/page/data-parsoid/Anarchism/18201")).send().await.expect("send");
+    assert_eq!((held_dp.status(), archived_dp.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    assert_eq!(content_type(&held_dp), content_type(&archived_dp));
+    assert!(content_type(&archived_dp).unwrap_or_default().contains("Specs/data-parsoid"), "{:?}", content_type(&archived_dp));
     let held: serde_json::Value =
         http.get(current.url("/en.wikipedia.org/v1/page/revisions/Anarchism")).send().await.expect("send").json().await.expect("json");
     assert!(!held.to_string().contains("18201"), "current-store still holds 18201: {held}");
