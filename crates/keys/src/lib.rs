@@ -34,3 +34,9 @@ pub enum KeyError {
     #[error("invalid tid {input:?}: {reason}")]
     Tid { input: String, reason: &'static str },
 }
+
+/// A page's key from the two path segments that name it: the wiki's domain
+/// and the page's title, normalised by the wiki's title rules.
+pub fn parse_page(domain: &str, title: &str, rules: TitleRules) -> Result<(Domain, Title), KeyError> {
+    Ok((Domain::parse(domain)?, Title::parse(title, rules)?))
+}

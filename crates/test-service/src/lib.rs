@@ -283,6 +283,14 @@ pub async fn contract_drift(service: &Service, token: &str) -> Vec<String> {
     drift.into_iter().collect()
 }
 
+/// Fails the test when the live router and the service's OpenAPI document
+/// disagree (see [`contract_drift`]).
+pub async fn assert_router_matches_openapi(service: &Service, token: &str) {
+    assert!(!service.route_templates.is_empty(), "the service has no routes");
+    let drift = contract_drift(service, token).await;
+    assert!(drift.is_empty(), "the router and the OpenAPI document disagree:\n{}", drift.join("\n"));
+}
+
 /// Runs each named async test case (`async fn case(engine: Engine)`) on each
 /// engine: `embedded::case` always, `cassandra::case` when run with `--ignored`
 /// against `REVSTORE_TEST_CASSANDRA` (scripts/test does).

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use revstore_api::{ArchiveBody, Bundle, Part, Selection, paths};
 use revstore_client::{ClientError, OldStoreClient};
-use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
+use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};
 use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
@@ -85,10 +85,6 @@ const DEAD_LETTERS: &str = "/admin/outbox/dead-letters";
     components(schemas(RenderBody, TitleMetadata, HeldRender, RevisionList, DeadLetterList, DeadLetter, Redriven, Problem))
 )]
 pub struct ApiDoc;
-
-fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Title), ApiError> {
-    Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
-}
 
 fn part(s: &str) -> Result<Selection, ApiError> {
     Selection::parse(s, &SERVED).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: {}", Selection::choices(&SERVED))))
@@ -234,7 +230,7 @@ async fn put_render(
     headers: HeaderMap,
     Json(body): Json<RenderBody>,
 ) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::parse(&tid)? };
     let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
     written(outcome, &domain, &title, id)
@@ -252,7 +248,7 @@ async fn post_render(
     headers: HeaderMap,
     Json(body): Json<RenderBody>,
 ) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::now() };
     let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
     written(outcome, &domain, &title, id)
@@ -282,7 +278,7 @@ async fn get_latest(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let part = part(&part_name)?;
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     match state.pages.latest(&domain, &title, columns(part)).await? {
         Some(found) => serve_part(&found, part, &headers, LATEST_CACHE),
         None => Err(ApiError::not_found(format!("no render of {title} on {domain}"))),
@@ -299,7 +295,7 @@ async fn get_render_of_rev(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let part = part(&part_name)?;
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let rev = RevId::parse(&rev)?;
     if let Some(found) = state.pages.of_rev(&domain, &title, rev, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
@@ -323,7 +319,7 @@ async fn get_render_of_tid(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let part = part(&part_name)?;
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let (rev, tid) = (RevId::parse(&rev)?, Tid::parse(&tid)?);
     if let Some(found) = state.pages.of_tid(&domain, &title, rev, tid, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
@@ -345,7 +341,7 @@ async fn title_metadata(
     State(state): State<AppState>,
     Path((domain, title)): Path<(String, String)>,
 ) -> Result<Json<TitleMetadata>, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let found = state
         .pages
         .latest(&domain, &title, &["tid"])
@@ -368,7 +364,7 @@ async fn list_revisions(
     State(state): State<AppState>,
     Path((domain, title)): Path<(String, String)>,
 ) -> Result<Json<RevisionList>, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     // A title holds a handful of renders (the latest, and those within the grace period): one page.
     Ok(Json(RevisionList { items: state.pages.held(&domain, &title).await?, next: None }))
 }
@@ -383,7 +379,7 @@ async fn delete_page(
     State(state): State<AppState>,
     Path((domain, title)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     state.pages.delete(&domain, &title).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -398,7 +394,7 @@ async fn suppress_revision(
     State(state): State<AppState>,
     Path((domain, title, rev)): Path<(String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     state.pages.suppress(&domain, &title, RevId::parse(&rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{StreamExt, TryStreamExt};
-use revstore_keys::{Domain, RevId, Tid, Title, TitleRules};
+use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};
 use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
@@ -69,10 +69,6 @@ pub fn routes(state: AppState) -> Routes {
 )]
 pub struct ApiDoc;
 
-fn page_key(state: &AppState, domain: &str, title: &str) -> Result<(Domain, Title), ApiError> {
-    Ok((Domain::parse(domain)?, Title::parse(title, state.titles)?))
-}
-
 /// What a read URL names: old-store serves every part, wikitext included.
 fn part(s: &str) -> Result<Selection, ApiError> {
     Selection::parse(s, &Part::ALL).ok_or_else(|| ApiError::not_found(format!("no part {s:?}: {}", Selection::choices(&Part::ALL))))
@@ -105,7 +101,7 @@ async fn put_render(
     Path((domain, title, rev, tid)): Path<(String, String, String, String)>,
     body: Result<Json<ArchiveBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let rev = RevId::parse(&rev)?;
     let tid = Tid::parse(&tid)?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -164,7 +160,7 @@ async fn read(
     request: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let part = part(part_name)?;
-    let (domain, title) = page_key(state, domain, title)?;
+    let (domain, title) = parse_page(domain, title, state.titles)?;
     let rev = RevId::parse(rev)?;
     let tid = tid.map(Tid::parse).transpose()?;
     let archive = &state.archive;
@@ -229,7 +225,7 @@ async fn list_revisions(
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RevisionList>, ApiError> {
     let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT);
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(format!("limit {limit} is not within 1-{MAX_LIST_LIMIT}")));
@@ -250,7 +246,7 @@ async fn list_revisions(
     params(("domain" = String, Path), ("title" = String, Path)),
     responses((status = 200, description = "application/x-ndjson, one bundle per line"), (status = 400, body = Problem)))]
 async fn history(State(state): State<AppState>, Path((domain, title)): Path<(String, String)>) -> Result<Response, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
     let mut locations = Box::pin(state.archive.locations(&domain, &title, HISTORY_PAGE));
     // The first revision before answering, so an unreachable store is a clean error.
@@ -291,7 +287,7 @@ async fn suppress_revision(
     State(state): State<AppState>,
     Path((domain, title, rev)): Path<(String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let (domain, title) = page_key(&state, &domain, &title)?;
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
     state.archive.suppress(&domain, &title, RevId::parse(&rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
