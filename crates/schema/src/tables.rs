@@ -316,58 +316,109 @@ pub mod old_store {
 }
 
 /// dependency-graph: seed 004, adjacency lists in both directions.
+///
+/// An edge is one row in `graph_dependencies` (by child) and one in
+/// `graph_dependents` (by parent), written in the same batch. A popular
+/// template's dependents are spread over partitions by priority and by a hash
+/// bucket of the child, so none grows past tens of megabytes at ten million
+/// dependents; `graph_dependent_buckets` lists which of those partitions a
+/// parent has, in listing order. Selectors are JSON arrays of fragment ids, as
+/// text. The design: `docs/design/dependency-graph.md`.
 pub mod dependency_graph {
     use super::*;
 
-    const EDGE_ATTRIBUTES: [C; 5] = [
-        C::regular("parent_selector", Text),
-        C::regular("child_selector", Text),
-        C::regular("needs_update", Timestamp),
-        C::regular("last_updated", Timestamp),
-        C::regular("created", Timestamp),
-    ];
+    /// The column names of the graph's tables.
+    pub mod col {
+        pub const DOMAIN: &str = "domain";
+        pub const CHILD: &str = "child";
+        pub const PARENT: &str = "parent";
+        pub const DEP_TYPE: &str = "dep_type";
+        pub const PRIORITY: &str = "priority";
+        pub const BUCKET: &str = "bucket";
+        pub const PARENT_SELECTOR: &str = "parent_selector";
+        pub const CHILD_SELECTOR: &str = "child_selector";
+        pub const LAST_UPDATED: &str = "last_updated";
+        pub const CREATED: &str = "created";
+        pub const PAGE: &str = "page";
+        pub const SELECTOR: &str = "selector";
+        pub const CHANGED_AT: &str = "changed_at";
+    }
 
-    /// What a page depends on, pull-first (priority ascending).
+    /// What a page depends on: one row per (priority, type, parent), push first.
+    /// Bounded by the edge-set limit of a write.
     pub static DEPENDENCIES: TableDef = TableDef {
-        name: "dependencies",
+        name: "graph_dependencies",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("child", Text),
-            C::clustering("priority", BigInt, Order::Asc),
-            C::clustering("dep_type", Text, Order::Asc),
-            C::clustering("parent", Text, Order::Asc),
-            EDGE_ATTRIBUTES[0],
-            EDGE_ATTRIBUTES[1],
-            EDGE_ATTRIBUTES[2],
-            EDGE_ATTRIBUTES[3],
-            EDGE_ATTRIBUTES[4],
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::CHILD, Text),
+            C::clustering(col::PRIORITY, BigInt, Order::Desc),
+            C::clustering(col::DEP_TYPE, Text, Order::Asc),
+            C::clustering(col::PARENT, Text, Order::Asc),
+            C::regular(col::PARENT_SELECTOR, Text),
+            C::regular(col::CHILD_SELECTOR, Text),
+            C::regular(col::LAST_UPDATED, Timestamp),
+            C::regular(col::CREATED, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "dependencies of each page, priority ascending (seed 004)",
+        comment: "dependencies of each page, priority descending (seed 004)",
     };
 
-    /// What depends on a page, push-first (priority descending).
-    pub static BY_PARENT: TableDef = TableDef {
-        name: "by_parent",
+    /// What depends on a page, for one type and priority, in one hash bucket
+    /// of the child.
+    pub static DEPENDENTS: TableDef = TableDef {
+        name: "graph_dependents",
         columns: &[
-            C::partition("domain", Text),
-            C::partition("parent", Text),
-            C::partition("dep_type", Text),
-            C::clustering("priority", BigInt, Order::Desc),
-            C::clustering("child", Text, Order::Asc),
-            EDGE_ATTRIBUTES[0],
-            EDGE_ATTRIBUTES[1],
-            EDGE_ATTRIBUTES[2],
-            EDGE_ATTRIBUTES[3],
-            EDGE_ATTRIBUTES[4],
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::PARENT, Text),
+            C::partition(col::DEP_TYPE, Text),
+            C::partition(col::PRIORITY, BigInt),
+            C::partition(col::BUCKET, BigInt),
+            C::clustering(col::CHILD, Text, Order::Asc),
+            C::regular(col::PARENT_SELECTOR, Text),
+            C::regular(col::CHILD_SELECTOR, Text),
+            C::regular(col::CREATED, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "dependents of each page by type, priority descending (seed 004)",
+        comment: "dependents of each page by type, priority and bucket (seed 004)",
     };
 
-    pub static TABLES: [&TableDef; 2] = [&DEPENDENCIES, &BY_PARENT];
+    /// The (priority, bucket) partitions of `graph_dependents` a parent has,
+    /// in listing order (priority descending).
+    pub static DEPENDENT_BUCKETS: TableDef = TableDef {
+        name: "graph_dependent_buckets",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::PARENT, Text),
+            C::partition(col::DEP_TYPE, Text),
+            C::clustering(col::PRIORITY, BigInt, Order::Desc),
+            C::clustering(col::BUCKET, BigInt, Order::Asc),
+            C::regular(col::CREATED, Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "which dependents partitions each parent has",
+    };
+
+    /// The latest change of each page, by type and selector (`""`: the whole
+    /// page); written with the change's time as write timestamp, so the
+    /// latest wins whatever order changes arrive in.
+    pub static CHANGES: TableDef = TableDef {
+        name: "graph_changes",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::PAGE, Text),
+            C::partition(col::DEP_TYPE, Text),
+            C::clustering(col::SELECTOR, Text, Order::Asc),
+            C::regular(col::CHANGED_AT, Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "the latest change of each page, by type and selector",
+    };
+
+    pub static TABLES: [&TableDef; 4] = [&DEPENDENCIES, &DEPENDENTS, &DEPENDENT_BUCKETS, &CHANGES];
 }
 
 /// janitor: resumable sweeps and a lease so two runs never overlap.
@@ -399,7 +450,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 16] = [
+pub static ALL_TABLES: [&TableDef; 18] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -413,7 +464,9 @@ pub static ALL_TABLES: [&TableDef; 16] = [
     &old_store::ARCHIVE_SUPPRESSED,
     &old_store::ARCHIVE_DEBT,
     &dependency_graph::DEPENDENCIES,
-    &dependency_graph::BY_PARENT,
+    &dependency_graph::DEPENDENTS,
+    &dependency_graph::DEPENDENT_BUCKETS,
+    &dependency_graph::CHANGES,
     &janitor::CHECKPOINTS,
     &janitor::LEASES,
 ];

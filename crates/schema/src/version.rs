@@ -49,7 +49,7 @@ fn fingerprint_of(tables: &[&TableDef]) -> String {
 pub static CURRENT_STORE: Component = Component { name: "current-store", version: 5, compatible_from: 5, tables: &current_store::TABLES };
 pub static OLD_STORE: Component = Component { name: "old-store", version: 5, compatible_from: 5, tables: &old_store::TABLES };
 pub static DEPENDENCY_GRAPH: Component =
-    Component { name: "dependency-graph", version: 5, compatible_from: 5, tables: &dependency_graph::TABLES };
+    Component { name: "dependency-graph", version: 6, compatible_from: 6, tables: &dependency_graph::TABLES };
 pub static JANITOR: Component = Component { name: "janitor", version: 5, compatible_from: 5, tables: &janitor::TABLES };
 
 /// Every component, in a stable order.
@@ -70,7 +70,7 @@ mod tests {
     const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
         ("current-store", 5, "01cc0321de1f128b"),
         ("old-store", 5, "8029fb4a412ad7da"),
-        ("dependency-graph", 5, "44019e4a35ef215c"),
+        ("dependency-graph", 6, "7436893bc1b532e8"),
         ("janitor", 5, "603cc2d21ea11279"),
     ];
 

@@ -226,6 +226,19 @@ impl Store {
         Ok(Page { rows, statics, next })
     }
 
+    /// Seals a service's own listing cursor (`payload`, for the listing
+    /// `scope`) with the deployment's page-token key, as the store seals its
+    /// page tokens: a client can hand it back, not forge or move it to
+    /// another listing.
+    pub fn seal_cursor(&self, scope: &str, payload: &[u8]) -> String {
+        self.tokens.seal(format!("cursor|{scope}").as_bytes(), payload)
+    }
+
+    /// The payload of a cursor [`Store::seal_cursor`] sealed for `scope`.
+    pub fn open_cursor(&self, scope: &str, cursor: &str) -> StoreResult<Vec<u8>> {
+        self.tokens.open(format!("cursor|{scope}").as_bytes(), cursor).map_err(StoreError::BadPageToken)
+    }
+
     /// Reads one row by its full key, or `None`.
     pub async fn get(&self, table: &'static TableDef, key: Vec<Value>, columns: Option<Vec<&'static str>>) -> StoreResult<Option<Row>> {
         let pk_len = table.partition_key().count();

@@ -204,9 +204,17 @@ fn describes(documented: &str, segment: &str) -> bool {
 /// A documented path with its parameters filled with values that parse.
 fn fill_path(template: &str, overrides: &[(&str, &str)], tid: &str) -> String {
     let mut path = template.to_owned();
-    for (name, value) in
-        [("domain", "en.wikipedia.org"), ("title", "Probe_page"), ("rev", "1"), ("tid", tid), ("part", "html"), ("shard", "0"), ("id", tid)]
-    {
+    for (name, value) in [
+        ("domain", "en.wikipedia.org"),
+        ("title", "Probe_page"),
+        ("child", "Probe_page"),
+        ("parent", "Template:Probe"),
+        ("rev", "1"),
+        ("tid", tid),
+        ("part", "html"),
+        ("shard", "0"),
+        ("id", tid),
+    ] {
         let value = overrides.iter().find(|(n, _)| *n == name).map_or(value, |(_, v)| *v);
         path = path.replace(&format!("{{{name}}}"), value);
     }

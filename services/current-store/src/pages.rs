@@ -228,6 +228,7 @@ impl Pages {
                 page: title.as_str().to_owned(),
                 kind: revstore_api::ChangeKind::Modification,
                 at: rendered_at(id.tid),
+                selector: None,
             };
             let notice = revstore_codecs::Envelope::default()
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);

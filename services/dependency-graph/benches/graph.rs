@@ -1,0 +1,364 @@
+//! The dependency graph's benchmark: the real `revstore-dependency-graph`
+//! binary as its own process, on the embedded engine (or Cassandra).
+//!
+//! ```sh
+//! cargo bench -p revstore-dependency-graph --bench graph                          # 1,000,000 dependents
+//! cargo bench -p revstore-dependency-graph --bench graph -- --dependents 10000000 # the 10-million walk
+//! cargo bench -p revstore-dependency-graph --bench graph -- --cassandra 127.0.0.1:9042 --dependents 10000000
+//! ```
+//!
+//! 1. A template with `--dependents` dependents, loaded below the HTTP API
+//!    (bulk writes through `Graph::add_edges`): the fan-out of the real graphs
+//!    in shared/data/graphs is far smaller (Reflist: 98 of 206 pages), so the
+//!    scale is generated: children `Page_<n>`, priorities spread over seven
+//!    values, a child selector each, as a real transclusion has.
+//! 2. The walk: every dependent through `GET /dependents` (10,000 a page),
+//!    edges/s and the service's peak resident memory; then the same walk
+//!    in-process through `Graph::dependents` on the same data.
+//! 3. Replacing a 500-edge dependency set with 10% changed, p99.
+//! 4. The pull check of a page with 500 dependencies, p99.
+//! 5. Recording a change of the 10-million template, p99.
+//! 6. The real graph (shared/data/graphs/wikispeedia/links.tsv) loaded through
+//!    `PUT /deps`, one request per page, edges/s; the dependents of its
+//!    most-linked page listed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use revstore_api::ChangeKind;
+use revstore_api::graph::Edge;
+use revstore_dependency_graph::Graph;
+use revstore_dependency_graph::graph::DependentsQuery;
+use revstore_keys::{Domain, Title, TitleRules};
+use revstore_storage::{CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "dependency-graph-bench-token";
+const DOMAIN: &str = "en.wikipedia.org";
+const TEMPLATE: &str = "Template:Citation_needed";
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+struct Service {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Service {
+    async fn start(storage: &[String]) -> Service {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_revstore-dependency-graph"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+            .args(storage)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start revstore-dependency-graph");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder().pool_max_idle_per_host(16).build().unwrap();
+        let started = Instant::now();
+        while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+            assert!(started.elapsed() < Duration::from_secs(120), "dependency-graph not ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Service { child, base, http }
+    }
+
+    /// The process's peak resident memory, in MB.
+    fn peak_rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]
+}
+
+fn dependent_edge(i: usize) -> Edge {
+    Edge {
+        parent: TEMPLATE.into(),
+        kind: ChangeKind::Modification,
+        priority: (i % 7) as i64 * 150,
+        parent_selector: None,
+        child_selector: Some(vec![format!("mwA{}", i % 4096)]),
+    }
+}
+
+fn title(text: &str) -> Title {
+    Title::parse(text, TitleRules::default()).unwrap()
+}
+
+#[tokio::main]
+async fn main() {
+    let dependents: usize = arg("--dependents").map_or(1_000_000, |n| n.parse().unwrap());
+    let cassandra = arg("--cassandra");
+    let dir = tempfile::tempdir_in(arg("--dir").map_or_else(std::env::temp_dir, PathBuf::from)).unwrap();
+    let keyspace = format!("graph_bench_{}", std::process::id());
+    let (store, storage): (Store, Vec<String>) = match &cassandra {
+        None => {
+            let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).unwrap()));
+            (store, vec!["--data-dir".into(), dir.path().to_str().unwrap().into()])
+        }
+        Some(node) => {
+            let engine =
+                revstore_storage::CassandraEngine::connect(CassandraOptions::new(vec![node.clone()], keyspace.clone())).await.unwrap();
+            (Store::new(Arc::new(engine)), vec!["--cassandra".into(), node.clone(), "--keyspace".into(), keyspace.clone()])
+        }
+    };
+    store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH]).await.unwrap();
+    let engine = if cassandra.is_some() { "cassandra" } else { "embedded" };
+    let domain = Domain::parse(DOMAIN).unwrap();
+    let graph = Graph::new(store.clone(), 10_000);
+
+    println!("# dependency-graph, {engine} engine, {dependents} dependents of {TEMPLATE}\n");
+    let started = Instant::now();
+    let mut loaded = 0;
+    while loaded < dependents {
+        let chunk: Vec<(Title, Edge)> =
+            (loaded..(loaded + 20_000).min(dependents)).map(|i| (title(&format!("Page_{i}")), dependent_edge(i))).collect();
+        // Eight writers: the embedded engine has one, Cassandra takes more.
+        let pieces: Vec<Vec<(Title, Edge)>> = chunk.chunks(2_500).map(<[_]>::to_vec).collect();
+        futures_util::future::try_join_all(pieces.iter().map(|p| graph.add_edges(&domain, p, TitleRules::default()))).await.unwrap();
+        loaded += chunk.len();
+    }
+    let load_secs = started.elapsed().as_secs_f64();
+    println!("loaded below the API in {load_secs:.0} s: {:.0} edges/s\n", dependents as f64 / load_secs);
+    if cassandra.is_none() {
+        drop(graph);
+        drop(store);
+    }
+
+    let service = Service::start(&storage).await;
+    println!("| measurement | count | seconds | per second | p50 ms | p99 ms |\n|---|---|---|---|---|---|");
+    // 2. The walk over HTTP.
+    let started = Instant::now();
+    let (mut seen, mut cursor, mut pages) = (0usize, None::<String>, 0usize);
+    loop {
+        let mut request = service.http.get(format!("{}/{DOMAIN}/v1/dependents/{TEMPLATE}", service.base)).query(&[("limit", "10000")]);
+        if let Some(c) = &cursor {
+            request = request.query(&[("cursor", c)]);
+        }
+        let page: Value = request.send().await.unwrap().json().await.unwrap();
+        seen += page["items"].as_array().unwrap().len();
+        pages += 1;
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let walk = started.elapsed().as_secs_f64();
+    assert_eq!(seen, dependents, "every dependent, once");
+    println!("| walk all dependents over HTTP ({pages} pages of 10,000) | {seen} | {walk:.1} | {:.0} | | |", seen as f64 / walk);
+    let peak = service.peak_rss_mb();
+
+    // 3. Replacing a 500-edge set with 10% changed, on pages of their own.
+    let set = |round: usize| -> Value {
+        let edges: Vec<Value> = (0..500)
+            .map(|j| {
+                let priority = if j < 50 { (round % 2) as i64 * 100 + 1 } else { 1 };
+                json!({"parent": format!("Template:T{j}"), "type": "modification", "priority": priority, "child_selector": [format!("mw{j}")]})
+            })
+            .collect();
+        json!({"edges": edges})
+    };
+    let put = |page: String, body: Value| {
+        let http = service.http.clone();
+        let url = format!("{}/{DOMAIN}/v1/deps/{page}", service.base);
+        async move {
+            let started = Instant::now();
+            let r = http.put(url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            started.elapsed().as_secs_f64() * 1000.0
+        }
+    };
+    for p in 0..20 {
+        put(format!("Set_{p}"), set(0)).await;
+    }
+    let mut replace = Vec::new();
+    for round in 1..=10 {
+        for p in 0..20 {
+            replace.push(put(format!("Set_{p}"), set(round)).await);
+        }
+    }
+    let n = replace.len();
+    println!(
+        "| replace a 500-edge set, 10% changed | {n} | | | {:.2} | {:.2} |",
+        percentile(&mut replace, 0.5),
+        percentile(&mut replace, 0.99)
+    );
+
+    // 4. The pull check of a page with 500 dependencies (50 of them stale).
+    for j in 0..50 {
+        let at = revstore_keys::rfc3339(std::time::SystemTime::now());
+        let r = service
+            .http
+            .post(format!("{}/{DOMAIN}/v1/changes", service.base))
+            .bearer_auth(TOKEN)
+            .json(&json!({"page": format!("Template:T{j}"), "type": "modification", "at": at}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
+    let mut pull = Vec::new();
+    for i in 0..400 {
+        let started = Instant::now();
+        let pending: Value =
+            service.http.get(format!("{}/{DOMAIN}/v1/pending/Set_{}", service.base, i % 20)).send().await.unwrap().json().await.unwrap();
+        pull.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(pending["needs_update"], true);
+    }
+    println!(
+        "| pull check, 500 dependencies | {} | | | {:.2} | {:.2} |",
+        pull.len(),
+        percentile(&mut pull, 0.5),
+        percentile(&mut pull, 0.99)
+    );
+
+    // 5. Recording a change of the template with all the dependents.
+    let mut change = Vec::new();
+    for _ in 0..400 {
+        let at = revstore_keys::rfc3339(std::time::SystemTime::now());
+        let started = Instant::now();
+        let r = service
+            .http
+            .post(format!("{}/{DOMAIN}/v1/changes", service.base))
+            .bearer_auth(TOKEN)
+            .json(&json!({"page": TEMPLATE, "type": "modification", "at": at}))
+            .send()
+            .await
+            .unwrap();
+        change.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(r.status(), 204);
+    }
+    println!(
+        "| record a change of the {dependents}-dependent template | {} | | | {:.2} | {:.2} |",
+        change.len(),
+        percentile(&mut change, 0.5),
+        percentile(&mut change, 0.99)
+    );
+
+    // 6. The real graph, through the API, one PUT per page.
+    let links = revstore_testdata::shared_data().join("graphs/wikispeedia/links.tsv");
+    let mut by_page: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in std::fs::read_to_string(&links).unwrap().lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut fields = line.split('\t');
+        let (Some(from), Some(to)) = (fields.next(), fields.next()) else { continue };
+        let decode = |s: &str| percent_decode(s);
+        let (from, to) = (decode(from), decode(to));
+        if from != to {
+            by_page.entry(from).or_default().push(to);
+        }
+    }
+    let edges: usize = by_page.values().map(Vec::len).sum();
+    let started = Instant::now();
+    let requests: Vec<_> = by_page
+        .iter()
+        .map(|(page, targets)| {
+            let body =
+                json!({"edges": targets.iter().map(|t| json!({"parent": t, "type": "existence", "priority": 0})).collect::<Vec<_>>()});
+            put(page_path(page), body)
+        })
+        .collect();
+    let mut stream = futures_util::stream::iter(requests).buffer_unordered(8);
+    use futures_util::StreamExt;
+    while stream.next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    println!("| load the wikispeedia graph through PUT /deps, 8 clients | {edges} | {secs:.1} | {:.0} | | |", edges as f64 / secs);
+    let mut fan_in: BTreeMap<&str, usize> = BTreeMap::new();
+    for targets in by_page.values() {
+        for t in targets {
+            *fan_in.entry(t).or_default() += 1;
+        }
+    }
+    let (top, count) = fan_in.iter().max_by_key(|(_, c)| **c).map(|(t, c)| (*t, *c)).unwrap();
+    let started = Instant::now();
+    let listed: Value = service
+        .http
+        .get(format!("{}/{DOMAIN}/v1/dependents/{}", service.base, page_path(top)))
+        .query(&[("type", "existence"), ("limit", "10000")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(listed["items"].as_array().unwrap().len(), count);
+    println!("| list the dependents of its most-linked page ({top}) | {count} | | | {ms:.2} | |");
+    println!("\nservice peak resident memory during the walk: {peak:.0} MB");
+    service.stop();
+
+    // The same walk in-process, on the same data (the service stopped).
+    let store = match &cassandra {
+        None => Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).unwrap())),
+        Some(node) => Store::new(Arc::new(
+            revstore_storage::CassandraEngine::connect(CassandraOptions::new(vec![node.clone()], keyspace.clone())).await.unwrap(),
+        )),
+    };
+    let graph = Graph::new(store, 10_000);
+    let template = title(TEMPLATE);
+    let started = Instant::now();
+    let (mut seen, mut cursor) = (0usize, None::<String>);
+    loop {
+        let query = DependentsQuery { kind: ChangeKind::Modification, min_priority: 0, max_priority: 1000, limit: 10_000, cursor };
+        let page = graph.dependents(&domain, &template, query).await.unwrap();
+        seen += page.items.len();
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!("in-process walk (Graph::dependents, same pages): {seen} edges in {secs:.1} s: {:.0} edges/s", seen as f64 / secs);
+    if let Some(node) = &cassandra {
+        println!("(keyspace {keyspace} on {node} kept for nodetool; drop it when done)");
+    }
+}
+
+/// A title as one path segment.
+fn page_path(title: &str) -> String {
+    revstore_api::paths::path_segment(&title.replace(' ', "_"))
+}
+
+/// wikispeedia's titles are percent-encoded.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

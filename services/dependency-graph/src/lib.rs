@@ -1,0 +1,80 @@
+//! dependency-graph: the page/template DAG as adjacency lists, with push/pull
+//! change propagation.
+//!
+//! When a template changes, the pages that use it must be brought up to
+//! date: the important ones at once (push: a consumer lists the dependents
+//! above the push threshold), the rest when someone reads them (pull: the
+//! page's pull check finds the change). The graph answers both with bounded
+//! work per request, and records a change in one write however many pages
+//! depend on it. Transitive queries are a non-goal (as in FlockDB): a client
+//! that needs them lists the dependents of each dependent in turn.
+//!
+//! # Layout
+//! - [`graph`]: the tables' use: replacing a dependency set by diff, listings
+//!   in both directions, changes and the pull check.
+//! - [`consistency`]: the check of the two directions against each other,
+//!   a bounded step at a time (the janitor's).
+//! - [`error`]: what the graph's operations fail with, mapped to HTTP once.
+//! - [`routes`]: the HTTP API.
+
+pub mod consistency;
+pub mod error;
+pub mod graph;
+pub mod routes;
+
+use revstore_schema::Component;
+pub use revstore_service::BoxError;
+use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
+use utoipa::OpenApi;
+
+pub use graph::Graph;
+
+pub const SERVICE: &str = "dependency-graph";
+pub const DEFAULT_PORT: u16 = 8083;
+
+/// dependency-graph's settings: the shared ones and its own.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "revstore-dependency-graph",
+    version,
+    about = "revstore dependency-graph: the page/template DAG with push/pull change propagation"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// The most dependencies one page may have; a larger set is refused (413).
+    #[arg(long, env = "REVSTORE_GRAPH_MAX_EDGES", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub graph_max_edges: u64,
+
+    /// Priorities at or above this are push (re-render at once), below pull
+    /// (re-render when read): what `?push=true|false` selects.
+    #[arg(long, env = "REVSTORE_GRAPH_PUSH_PRIORITY", default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=1000))]
+    pub graph_push_priority: i64,
+}
+
+impl ServiceArgs for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// dependency-graph, as a kind of service.
+#[derive(Debug)]
+pub struct DependencyGraph;
+
+impl ServiceDefinition for DependencyGraph {
+    type Args = Args;
+    const NAME: &'static str = SERVICE;
+    const DEFAULT_PORT: u16 = DEFAULT_PORT;
+    const SCHEMA: &'static Component = &revstore_schema::version::DEPENDENCY_GRAPH;
+
+    async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
+        let Context { store, settings } = context;
+        let titles = settings.titles;
+        let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
+        let graph = Graph::new(platform.store().clone(), args.graph_max_edges as usize);
+        let state = routes::AppState { platform: platform.clone(), graph, titles, push_priority: args.graph_push_priority };
+        Ok(Service::new(platform, routes::routes(state)))
+    }
+}

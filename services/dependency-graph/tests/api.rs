@@ -1,0 +1,328 @@
+//! The dependency graph's HTTP API, as its clients use it, on both engines.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{DOMAIN, Engine, TOKEN, start_on};
+use revstore_api::ChangeKind;
+use revstore_api::graph::Edge;
+use serde_json::{Value, json};
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn put_deps(s: &common::Service, child: &str, edges: Value) -> reqwest::Response {
+    client()
+        .put(s.url(&format!("/{DOMAIN}/v1/deps/{child}")))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "edges": edges }))
+        .send()
+        .await
+        .expect("send")
+}
+
+async fn get_json(s: &common::Service, path: &str) -> Value {
+    let r = client().get(s.url(&format!("/{DOMAIN}/v1/{path}"))).send().await.expect("send");
+    let status = r.status();
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+async fn post(s: &common::Service, path: &str, body: Value) -> reqwest::Response {
+    client().post(s.url(&format!("/{DOMAIN}/v1/{path}"))).bearer_auth(TOKEN).json(&body).send().await.expect("send")
+}
+
+fn children(listing: &Value) -> Vec<String> {
+    listing["items"].as_array().expect("items").iter().map(|i| i["child"].as_str().expect("child").to_owned()).collect()
+}
+
+async fn a_dependency_set_is_replaced_by_its_difference(engine: Engine) {
+    let s = start_on(engine, &[]).await;
+    let set = json!([
+        {"parent": "Template:Infobox", "type": "modification", "priority": 900, "child_selector": ["mwAB"]},
+        {"parent": "Template:Cite", "type": "modification", "priority": 10},
+        {"parent": "Template:Cite", "type": "existence", "priority": 5},
+        {"parent": "Linked page", "type": "existence", "priority": 1},
+    ]);
+    let r = put_deps(&s, "Main_Page", set.clone()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.expect("json"), json!({"added": 4, "removed": 0, "changed": 0, "unchanged": 0}));
+    // The same set again writes nothing.
+    let again: Value = put_deps(&s, "Main_Page", set).await.json().await.expect("json");
+    assert_eq!(again, json!({"added": 0, "removed": 0, "changed": 0, "unchanged": 4}));
+    // Listed by child, priority descending; titles normalised.
+    let deps = get_json(&s, "deps/Main_Page").await;
+    let parents: Vec<(&str, i64)> = deps["items"]
+        .as_array()
+        .expect("json shape")
+        .iter()
+        .map(|i| (i["parent"].as_str().expect("json shape"), i["priority"].as_i64().expect("json shape")))
+        .collect();
+    assert_eq!(parents, [("Template:Infobox", 900), ("Template:Cite", 10), ("Template:Cite", 5), ("Linked_page", 1)]);
+    assert_eq!(deps["items"][0]["child_selector"], json!(["mwAB"]));
+    assert_eq!(children(&get_json(&s, "dependents/Template:Cite").await), ["Main_Page"]);
+    assert_eq!(children(&get_json(&s, "dependents/Template:Cite?type=existence").await), ["Main_Page"]);
+    // A new priority, new selectors, one edge gone, one new.
+    let changed = json!([
+        {"parent": "Template:Infobox", "type": "modification", "priority": 900, "child_selector": ["mwAB", "mwAC"]},
+        {"parent": "Template:Cite", "type": "modification", "priority": 700},
+        {"parent": "Linked page", "type": "existence", "priority": 1},
+        {"parent": "Template:Navbox", "type": "modification", "priority": 50},
+    ]);
+    let outcome: Value = put_deps(&s, "Main_Page", changed).await.json().await.expect("json");
+    assert_eq!(outcome, json!({"added": 1, "removed": 1, "changed": 2, "unchanged": 1}));
+    let cite = get_json(&s, "dependents/Template:Cite").await;
+    assert_eq!(cite["items"][0]["priority"], 700, "{cite}");
+    assert_eq!(children(&cite).len(), 1, "the old priority's row is gone: {cite}");
+    assert!(children(&get_json(&s, "dependents/Template:Cite?type=existence").await).is_empty());
+    assert_eq!(children(&get_json(&s, "dependents/Template:Navbox").await), ["Main_Page"]);
+    // Removing the page removes it from both directions.
+    let r = client().delete(s.url(&format!("/{DOMAIN}/v1/deps/Main_Page"))).bearer_auth(TOKEN).send().await.expect("send");
+    assert_eq!(r.status(), 204);
+    assert!(get_json(&s, "deps/Main_Page").await["items"].as_array().expect("json shape").is_empty());
+    for parent in ["Template:Cite", "Template:Infobox", "Template:Navbox"] {
+        assert!(children(&get_json(&s, &format!("dependents/{parent}")).await).is_empty(), "{parent}");
+    }
+}
+
+async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
+    let s = start_on(engine, &["--graph-max-edges", "3"]).await;
+    let edge = |parent: &str| json!({"parent": parent, "type": "modification", "priority": 1});
+    let cases: Vec<(&str, Value, u16)> = vec![
+        ("itself", json!([edge("Main Page")]), 400),
+        ("too many", json!([edge("A"), edge("B"), edge("C"), edge("D")]), 413),
+        ("unknown type", json!([{"parent": "A", "type": "rename", "priority": 1}]), 422),
+        ("priority too high", json!([{"parent": "A", "type": "modification", "priority": 1001}]), 400),
+        ("negative priority", json!([{"parent": "A", "type": "modification", "priority": -1}]), 400),
+        ("empty selector", json!([{"parent": "A", "type": "modification", "priority": 1, "child_selector": []}]), 400),
+        ("control character", json!([{"parent": "A", "type": "modification", "priority": 1, "parent_selector": ["a\u{1}"]}]), 400),
+        ("invalid title", json!([edge("A|B")]), 400),
+        ("twice", json!([edge("A"), edge("A")]), 400),
+    ];
+    for (what, edges, status) in cases {
+        let r = put_deps(&s, "Main_Page", edges).await;
+        assert_eq!(r.status(), status, "{what}");
+        assert_eq!(r.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/problem+json"), "{what}");
+    }
+    assert!(get_json(&s, "deps/Main_Page").await["items"].as_array().expect("json shape").is_empty(), "nothing was written");
+    for path in
+        ["dependents/A?cursor=forged", "dependents/A?min_priority=2000", "dependents/A?type=rename", "deps/A?limit=0", "pending/A|B"]
+    {
+        let r = client().get(s.url(&format!("/{DOMAIN}/v1/{path}"))).send().await.expect("send");
+        assert_eq!(r.status(), 400, "{path}");
+    }
+    let future = "2999-01-01T00:00:00Z";
+    for body in [
+        json!({"page": "A", "type": "modification", "at": "yesterday"}),
+        json!({"page": "A", "type": "modification", "at": future}),
+        json!({"page": "A|B", "type": "modification", "at": "2026-01-01T00:00:00Z"}),
+        json!({"page": "A", "type": "modification", "at": "2026-01-01T00:00:00Z", "selector": ""}),
+    ] {
+        assert_eq!(post(&s, "changes", body.clone()).await.status(), 400, "{body}");
+    }
+    // Writes need the token.
+    let r = client().put(s.url(&format!("/{DOMAIN}/v1/deps/A"))).json(&json!({"edges": []})).send().await.expect("send");
+    assert_eq!(r.status(), 401);
+}
+
+async fn the_pull_check_finds_what_changed_after_the_last_update(engine: Engine) {
+    let s = start_on(engine, &[]).await;
+    let set = json!([
+        {"parent": "Template:Infobox", "type": "modification", "priority": 10, "parent_selector": ["x"], "child_selector": ["mwAB"]},
+        {"parent": "Template:Cite", "type": "modification", "priority": 2, "child_selector": ["mwAC"]},
+    ]);
+    assert_eq!(put_deps(&s, "Main_Page", set).await.status(), 200);
+    let pending = || async { get_json(&s, "pending/Main_Page").await };
+    assert_eq!(pending().await, json!({"needs_update": false, "items": []}));
+    let change = |page: &str, at: &str, selector: Option<&str>| {
+        let mut body = json!({"page": page, "type": "modification", "at": at});
+        if let Some(sel) = selector {
+            body["selector"] = json!(sel);
+        }
+        body
+    };
+    // A change in a fragment the edge does not use, and one from before the
+    // edge existed, are not pending.
+    assert_eq!(post(&s, "changes", change("Template:Infobox", "2099-01-01T00:00:00Z", Some("y"))).await.status(), 400, "future");
+    let soon = revstore_keys::rfc3339(std::time::SystemTime::now() + std::time::Duration::from_secs(60));
+    assert_eq!(post(&s, "changes", change("Template:Infobox", &soon, Some("y"))).await.status(), 204);
+    assert_eq!(post(&s, "changes", change("Template:Cite", "2001-01-01T00:00:00Z", None)).await.status(), 204);
+    assert_eq!(pending().await["needs_update"], false);
+    // A change of a used fragment, and one of a whole page: pending, pull first.
+    assert_eq!(post(&s, "changes", change("Template:Infobox", &soon, Some("x"))).await.status(), 204);
+    assert_eq!(post(&s, "changes", change("Template:Cite", &soon, None)).await.status(), 204);
+    let found = pending().await;
+    assert_eq!(found["needs_update"], true);
+    let parents: Vec<&str> =
+        found["items"].as_array().expect("json shape").iter().map(|i| i["parent"].as_str().expect("json shape")).collect();
+    assert_eq!(parents, ["Template:Cite", "Template:Infobox"], "{found}");
+    assert_eq!(found["items"][0]["child_selector"], json!(["mwAC"]));
+    // A partial update covering mwAC settles Cite only; a full one, the rest.
+    let later = revstore_keys::rfc3339(std::time::SystemTime::now() + std::time::Duration::from_secs(120));
+    let partial: Value = post(&s, "updated/Main_Page", json!({"at": later, "selectors": ["mwAC"]})).await.json().await.expect("json");
+    assert_eq!(partial["updated"], 1);
+    let parents: Vec<String> = pending().await["items"]
+        .as_array()
+        .expect("json shape")
+        .iter()
+        .map(|i| i["parent"].as_str().expect("json shape").to_owned())
+        .collect();
+    assert_eq!(parents, ["Template:Infobox"]);
+    let full: Value = post(&s, "updated/Main_Page", json!({"at": later})).await.json().await.expect("json");
+    assert_eq!(full["updated"], 1, "only the stale edge is written");
+    assert_eq!(pending().await, json!({"needs_update": false, "items": []}));
+}
+
+revstore_test_service::on_both_engines!(
+    a_dependency_set_is_replaced_by_its_difference,
+    bad_input_is_refused_and_writes_nothing,
+    the_pull_check_finds_what_changed_after_the_last_update,
+    paging_sees_every_dependent_exactly_once_while_edges_change,
+);
+
+/// Pages through the dependents of one template (CI's scaled-down fan-out)
+/// while other pages gain and lose edges to it: every edge present for the
+/// whole walk is seen exactly once, none twice, in priority order.
+async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Engine) {
+    const DEPENDENTS: usize = 60_000;
+    let template = common::title("Template:Citation needed");
+    let edge = |i: usize| Edge {
+        parent: template.as_str().to_owned(),
+        kind: ChangeKind::Modification,
+        priority: (i % 7) as i64 * 100,
+        parent_selector: None,
+        child_selector: Some(vec![format!("mw{i}")]),
+    };
+    let (s, _guard) = common::preloaded(engine, &[], |graph| async move {
+        let edges: Vec<_> = (0..DEPENDENTS).map(|i| (common::title(&format!("Page {i}")), edge(i))).collect();
+        for chunk in edges.chunks(5_000) {
+            graph.add_edges(&common::domain(), chunk, revstore_keys::TitleRules::default()).await.expect("load");
+        }
+    })
+    .await;
+    let mut seen = vec![0u8; DEPENDENTS];
+    let mut churned = HashSet::new();
+    let mut cursor: Option<String> = None;
+    let mut last_priority = i64::MAX;
+    let mut pages = 0;
+    loop {
+        let mut request = client().get(s.url(&format!("/{DOMAIN}/v1/dependents/{}", template.as_str()))).query(&[("limit", "5000")]);
+        if let Some(c) = &cursor {
+            request = request.query(&[("cursor", c)]);
+        }
+        let answer = request.send().await.expect("send");
+        assert_eq!(answer.status(), 200);
+        let page: Value = answer.json().await.expect("json");
+        for item in page["items"].as_array().expect("json shape") {
+            let priority = item["priority"].as_i64().expect("json shape");
+            assert!(priority <= last_priority, "priority order broken");
+            last_priority = priority;
+            let child = item["child"].as_str().expect("json shape");
+            if let Some(i) = child.strip_prefix("Page_").and_then(|n| n.parse::<usize>().ok()) {
+                seen[i] += 1;
+            }
+        }
+        // Meanwhile other pages gain an edge to the template, and lose it.
+        let churn = format!("Churn_{pages}");
+        assert_eq!(
+            put_deps(&s, &churn, json!([{"parent": template.as_str(), "type": "modification", "priority": 300}])).await.status(),
+            200
+        );
+        if pages % 2 == 1 {
+            assert_eq!(put_deps(&s, &format!("Churn_{}", pages - 1), json!([])).await.status(), 200);
+        }
+        churned.insert(churn);
+        pages += 1;
+        cursor = page["next"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let twice: Vec<usize> = (0..DEPENDENTS).filter(|i| seen[*i] > 1).collect();
+    let never: Vec<usize> = (0..DEPENDENTS).filter(|i| seen[*i] == 0).collect();
+    assert!(
+        twice.is_empty() && never.is_empty(),
+        "seen twice: {:?}, never: {:?}",
+        &twice[..twice.len().min(5)],
+        &never[..never.len().min(5)]
+    );
+    assert!(pages >= DEPENDENTS / 5000, "{pages} pages");
+}
+
+/// Every status an operation answers is documented, and the router and the
+/// document agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_matches_the_service() {
+    let s = start_on(Engine::Embedded, &["--body-limit-bytes", "2000"]).await;
+    let missing = revstore_test_service::undocumented_answers(&s, TOKEN, 2000).await;
+    assert!(missing.is_empty(), "answers the OpenAPI document does not list:\n{}", missing.join("\n"));
+    revstore_test_service::assert_router_matches_openapi(&s, TOKEN).await;
+    let doc: Value = client().get(s.url("/openapi.json")).send().await.expect("send").json().await.expect("json");
+    assert_eq!(revstore_client::undocumented_routes(&doc, &revstore_client::GraphClient::ROUTES), Vec::<String>::new());
+}
+
+/// The janitor's check finds an edge one direction has lost, in either
+/// direction, stepping through the tables by token range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_divergence_between_the_two_directions_is_found() {
+    use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENTS};
+    use revstore_storage::Delete;
+    use revstore_storage::Value as Cell;
+    let (s, _guard) = common::preloaded(Engine::Embedded, &[], |graph| async move {
+        let edge = |parent: &str| Edge {
+            parent: parent.into(),
+            kind: ChangeKind::Modification,
+            priority: 7,
+            parent_selector: None,
+            child_selector: None,
+        };
+        let edges: Vec<_> = (0..300).map(|i| (common::title(&format!("Page {i}")), edge(&format!("Template:T{}", i % 5)))).collect();
+        graph.add_edges(&common::domain(), &edges, revstore_keys::TitleRules::default()).await.expect("load");
+        // Page_17's edge loses its by-parent row; Page_42's its by-child row.
+        let d = Cell::from(DOMAIN);
+        let lost_dependent = Delete::row(
+            &DEPENDENTS,
+            [
+                d.clone(),
+                Cell::from("Template:T2"),
+                Cell::from("modification"),
+                Cell::from(7i64),
+                Cell::from(revstore_dependency_graph::graph::bucket("Page_17")),
+            ],
+            [Cell::from("Page_17")],
+        );
+        let lost_dependency = Delete::row(
+            &DEPENDENCIES,
+            [d, Cell::from("Page_42")],
+            [Cell::from(7i64), Cell::from("modification"), Cell::from("Template:T2")],
+        );
+        graph.store().apply(vec![lost_dependent.into(), lost_dependency.into()]).await.expect("diverge");
+    })
+    .await;
+    for (direction, expected_child) in [("dependencies", "Page_17"), ("dependents", "Page_42")] {
+        let mut after: Option<String> = None;
+        let (mut missing, mut edges, mut steps) = (Vec::new(), 0, 0);
+        loop {
+            let mut request =
+                client().get(s.url("/admin/graph/consistency")).bearer_auth(TOKEN).query(&[("direction", direction), ("limit", "50")]);
+            if let Some(a) = &after {
+                request = request.query(&[("after", a)]);
+            }
+            let step: Value = request.send().await.expect("send").json().await.expect("json");
+            edges += step["edges"].as_u64().expect("edges");
+            missing
+                .extend(step["missing"].as_array().expect("missing").iter().map(|m| m["child"].as_str().expect("json shape").to_owned()));
+            steps += 1;
+            match step["next"].as_str() {
+                Some(next) => after = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(missing, [expected_child], "{direction}");
+        assert_eq!(edges, 299, "{direction}: every other edge was checked");
+        assert!(steps > 1, "{direction}: {steps} steps");
+    }
+}
