@@ -154,6 +154,7 @@ macro_rules! conformance_suite {
             scans_visit_every_partition_exactly_once,
             token_range_scans_resume_from_plain_positions_with_statics,
             a_read_without_a_limit_never_loads_a_large_partition_whole,
+            many_partitions_read_at_once_answer_as_one_by_one,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
             bad_requests_change_nothing,
@@ -835,4 +836,23 @@ pub async fn a_read_without_a_limit_never_loads_a_large_partition_whole(s: &Subj
     // Under the cap, a read without a limit answers as before.
     store.write(Delete::row(&MIXED, [text("wide")], [int(0), text("x")])).await.expect("delete");
     assert_eq!(store.read(&ReadQuery::new(&MIXED, [text("wide")])).await.expect("read").rows.len(), 5);
+}
+
+pub async fn many_partitions_read_at_once_answer_as_one_by_one(s: &Subject) {
+    for p in 0..20i64 {
+        for a in 0..p % 5 {
+            s.store.write(Upsert::new(&MIXED, [text(&format!("many{p}")), int(a), text("x")]).set("v", "row")).await.expect("write");
+        }
+    }
+    let queries: Vec<ReadQuery> = (0..20).map(|p| ReadQuery::new(&MIXED, [text(&format!("many{p}"))]).limit(3)).collect();
+    let together = s.store.read_many(queries.clone()).await.expect("read_many");
+    assert_eq!(together.len(), 20);
+    for (query, rows) in queries.iter().zip(&together) {
+        let alone = s.store.read(query).await.expect("read").rows;
+        assert_eq!(keys_ab(rows), keys_ab(&alone));
+        assert!(rows.len() <= 3);
+    }
+    assert_eq!(together.iter().map(Vec::len).sum::<usize>(), (0..20).map(|p| (p % 5).min(3)).sum::<usize>());
+    // Every query needs a limit.
+    assert!(matches!(s.store.read_many(vec![ReadQuery::new(&MIXED, [text("many1")])]).await, Err(StoreError::Invalid(_))));
 }

@@ -26,7 +26,7 @@ use revstore_api::graph::{Dependency, DependencyList, Dependent, DependentList, 
 use revstore_api::{ChangeKind, ChangeNotice};
 use revstore_keys::{Domain, Title, TitleRules, murmur3_token, rfc3339};
 use revstore_schema::tables::dependency_graph::{CHANGES, DEPENDENCIES, DEPENDENT_BUCKETS, DEPENDENTS, col};
-use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
+use revstore_storage::{Delete, EngineKind, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::GraphError;
 
@@ -34,8 +34,16 @@ use crate::error::GraphError;
 /// data layout: changing it needs the data rewritten.
 pub const BUCKETS: i64 = 32;
 
-/// The most writes in one batch (an edge's writes are never split).
-const BATCH_WRITES: usize = 48;
+/// The most writes in one batch (an edge's writes are never split): on
+/// Cassandra, far below `batch_size_fail_threshold` (50 KB) with the largest
+/// selectors; on the embedded engine a batch is one SQLite transaction, and
+/// larger ones load faster.
+const CASSANDRA_BATCH_WRITES: usize = 48;
+const EMBEDDED_BATCH_WRITES: usize = 1200;
+
+/// The most fragments of one page whose changes a pull check reads (a page
+/// changed in more fragments than this counts as changed through the ones read).
+const MAX_CHANGE_SELECTORS: u32 = 1000;
 
 /// How far in the future a change or an update may be dated (clock skew).
 const MAX_FUTURE: Duration = Duration::from_secs(300);
@@ -214,9 +222,13 @@ impl Graph {
 
     /// Applies groups of writes (each group whole in one batch), a few groups per batch.
     async fn apply_groups(&self, groups: Vec<Vec<Write>>) -> Result<(), GraphError> {
+        let most = match self.store.kind() {
+            EngineKind::Embedded => EMBEDDED_BATCH_WRITES,
+            EngineKind::Cassandra => CASSANDRA_BATCH_WRITES,
+        };
         let mut batch: Vec<Write> = Vec::new();
         for group in groups {
-            if !batch.is_empty() && batch.len() + group.len() > BATCH_WRITES {
+            if !batch.is_empty() && batch.len() + group.len() > most {
                 self.store.apply(std::mem::take(&mut batch)).await?;
             }
             batch.extend(group);
@@ -494,25 +506,31 @@ impl Graph {
         Ok(())
     }
 
-    /// The latest change of each selector of a page (`""`: the whole page), in milliseconds.
-    async fn changes_of(&self, domain: &Domain, page: &str, kind: ChangeKind) -> Result<HashMap<String, i64>, GraphError> {
-        let query = ReadQuery::new(&CHANGES, [Value::from(domain.as_str()), Value::from(page), Value::from(kind_name(kind))]).limit(1000);
-        let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
-        Ok(rows.iter().filter_map(|row| Some((row.text(col::SELECTOR)?.to_owned(), row.timestamp(col::CHANGED_AT)?))).collect())
-    }
-
     /// The pull check: every dependency of the page whose parent changed
     /// (in a fragment the edge uses) after the page was last brought up to
     /// date with it, priority ascending (pull first).
     pub async fn pending(&self, domain: &Domain, child: &Title) -> Result<Pending, GraphError> {
         let edges = self.edges_of(domain, child).await?;
-        let parents: BTreeSet<(ChangeKind, String)> = edges.iter().map(|e| (e.kind, e.parent.clone())).collect();
-        let lookups = parents.into_iter().map(|(kind, parent)| {
-            let (graph, domain) = (self.clone(), domain.clone());
-            async move { graph.changes_of(&domain, &parent, kind).await.map(|c| ((kind, parent), c)) }
-        });
-        let changes: HashMap<(ChangeKind, String), HashMap<String, i64>> =
-            futures_util::stream::iter(lookups).buffer_unordered(16).try_collect().await?;
+        // Every parent's changes in one multi-partition read.
+        let parents: Vec<(ChangeKind, String)> =
+            edges.iter().map(|e| (e.kind, e.parent.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+        let queries = parents
+            .iter()
+            .map(|(kind, parent)| {
+                ReadQuery::new(&CHANGES, [Value::from(domain.as_str()), Value::from(parent.as_str()), Value::from(kind_name(*kind))])
+                    .limit(MAX_CHANGE_SELECTORS)
+            })
+            .collect();
+        let pages = self.store.read_many(queries).await?;
+        let changes: HashMap<(ChangeKind, String), HashMap<String, i64>> = parents
+            .into_iter()
+            .zip(pages)
+            .map(|(key, rows)| {
+                let of_parent =
+                    rows.iter().filter_map(|row| Some((row.text(col::SELECTOR)?.to_owned(), row.timestamp(col::CHANGED_AT)?))).collect();
+                (key, of_parent)
+            })
+            .collect();
         let mut items = Vec::new();
         for edge in &edges {
             let Some(of_parent) = changes.get(&(edge.kind, edge.parent.clone())) else { continue };

@@ -187,7 +187,7 @@ revstore_test_service::on_both_engines!(
 /// while other pages gain and lose edges to it: every edge present for the
 /// whole walk is seen exactly once, none twice, in priority order.
 async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Engine) {
-    const DEPENDENTS: usize = 60_000;
+    const DEPENDENTS: usize = 200_000;
     let template = common::title("Template:Citation needed");
     let edge = |i: usize| Edge {
         parent: template.as_str().to_owned(),
