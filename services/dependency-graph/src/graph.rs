@@ -169,28 +169,37 @@ impl Graph {
         rows.iter().map(StoredEdge::of).collect()
     }
 
-    /// The writes that store `edge` of `child` in both directions.
-    fn put_edge(domain: &Domain, child: &Title, edge: &StoredEdge) -> Vec<Write> {
+    /// The writes that store `edge` of `child` in both directions. A cell
+    /// with no value is not written at all (a null written is a tombstone
+    /// that every read of the partition passes over), unless `clears` names
+    /// it: a selector the edge had and no longer has.
+    fn put_edge(domain: &Domain, child: &Title, edge: &StoredEdge, clears: &[&'static str]) -> Vec<Write> {
         let d = Value::from(domain.as_str());
         let kind = kind_name(edge.kind);
-        let optional = |v: &Option<String>| v.clone().map_or(Value::Null, Value::from);
-        let mut by_child = Upsert::new(
+        let cells = |mut upsert: Upsert| {
+            for (column, value) in [(col::PARENT_SELECTOR, &edge.parent_selector), (col::CHILD_SELECTOR, &edge.child_selector)] {
+                match value {
+                    Some(v) => upsert = upsert.set(column, v.as_str()),
+                    None if clears.contains(&column) => upsert = upsert.set(column, Value::Null),
+                    None => {}
+                }
+            }
+            if let Some(created) = edge.created {
+                upsert = upsert.set(col::CREATED, Value::Timestamp(created));
+            }
+            upsert
+        };
+        let mut by_child = cells(Upsert::new(
             &DEPENDENCIES,
             [d.clone(), Value::from(child.as_str()), Value::from(edge.priority), Value::from(kind), Value::from(edge.parent.as_str())],
-        )
-        .set(col::PARENT_SELECTOR, optional(&edge.parent_selector))
-        .set(col::CHILD_SELECTOR, optional(&edge.child_selector))
-        .set(col::CREATED, edge.created.map_or(Value::Null, Value::Timestamp));
+        ));
         if let Some(updated) = edge.last_updated {
             by_child = by_child.set(col::LAST_UPDATED, Value::Timestamp(updated));
         }
         let b = bucket(child.as_str());
         let parent_partition =
             [d.clone(), Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(b)];
-        let by_parent = Upsert::new(&DEPENDENTS, parent_partition.into_iter().chain([Value::from(child.as_str())]))
-            .set(col::PARENT_SELECTOR, optional(&edge.parent_selector))
-            .set(col::CHILD_SELECTOR, optional(&edge.child_selector))
-            .set(col::CREATED, edge.created.map_or(Value::Null, Value::Timestamp));
+        let by_parent = cells(Upsert::new(&DEPENDENTS, parent_partition.into_iter().chain([Value::from(child.as_str())])));
         let directory = Upsert::new(
             &DEPENDENT_BUCKETS,
             [d, Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(b)],
@@ -292,10 +301,19 @@ impl Graph {
                     outcome.changed += 1;
                     let replacement = StoredEdge { last_updated: old.last_updated, created: old.created.or(Some(now_ms)), ..new.clone() };
                     let mut group = Vec::new();
+                    let mut clears = Vec::new();
                     if new.priority != old.priority {
+                        // A new row: nothing of the old one to clear.
                         group.extend(Self::remove_edge(domain, child, old));
+                    } else {
+                        if old.parent_selector.is_some() && new.parent_selector.is_none() {
+                            clears.push(col::PARENT_SELECTOR);
+                        }
+                        if old.child_selector.is_some() && new.child_selector.is_none() {
+                            clears.push(col::CHILD_SELECTOR);
+                        }
                     }
-                    group.extend(Self::put_edge(domain, child, &replacement));
+                    group.extend(Self::put_edge(domain, child, &replacement, &clears));
                     groups.push(group);
                 }
             }
@@ -303,7 +321,7 @@ impl Graph {
         for (key, new) in &wanted {
             if !seen.contains(key) {
                 outcome.added += 1;
-                groups.push(Self::put_edge(domain, child, &StoredEdge { created: Some(now_ms), ..new.clone() }));
+                groups.push(Self::put_edge(domain, child, &StoredEdge { created: Some(now_ms), ..new.clone() }, &[]));
             }
         }
         // Additions first, removals last: a crash midway leaves an edge too
@@ -336,7 +354,7 @@ impl Graph {
                 last_updated: None,
                 created: Some(now_ms),
             };
-            groups.push(Self::put_edge(domain, child, &stored));
+            groups.push(Self::put_edge(domain, child, &stored, &[]));
         }
         self.apply_groups(groups).await
     }

@@ -79,6 +79,17 @@ async fn a_dependency_set_is_replaced_by_its_difference(engine: Engine) {
     assert_eq!(children(&cite).len(), 1, "the old priority's row is gone: {cite}");
     assert!(children(&get_json(&s, "dependents/Template:Cite?type=existence").await).is_empty());
     assert_eq!(children(&get_json(&s, "dependents/Template:Navbox").await), ["Main_Page"]);
+    // A selector dropped from an edge is cleared, in both directions.
+    let without = json!([
+        {"parent": "Template:Infobox", "type": "modification", "priority": 900},
+        {"parent": "Template:Cite", "type": "modification", "priority": 700},
+        {"parent": "Linked page", "type": "existence", "priority": 1},
+        {"parent": "Template:Navbox", "type": "modification", "priority": 50},
+    ]);
+    let outcome: Value = put_deps(&s, "Main_Page", without).await.json().await.expect("json");
+    assert_eq!(outcome["changed"], 1, "{outcome}");
+    assert_eq!(get_json(&s, "deps/Main_Page").await["items"][0]["child_selector"], Value::Null);
+    assert_eq!(get_json(&s, "dependents/Template:Infobox").await["items"][0]["child_selector"], Value::Null);
     // Removing the page removes it from both directions.
     let r = client().delete(s.url(&format!("/{DOMAIN}/v1/deps/Main_Page"))).bearer_auth(TOKEN).send().await.expect("send");
     assert_eq!(r.status(), 204);
