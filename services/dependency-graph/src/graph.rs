@@ -103,6 +103,25 @@ struct StoredEdge {
 }
 
 impl StoredEdge {
+    /// A client's edge of `child`, checked (its fields, its parent's title,
+    /// no self-dependency) and in stored form.
+    fn checked(child: &Title, edge: &Edge, titles: TitleRules, created: Option<i64>) -> Result<StoredEdge, GraphError> {
+        edge.validate()?;
+        let parent = Title::parse(&edge.parent, titles)?;
+        if parent == *child {
+            return Err(GraphError::Invalid(format!("{child} cannot depend on itself")));
+        }
+        Ok(StoredEdge {
+            priority: edge.priority,
+            kind: edge.kind,
+            parent: parent.as_str().to_owned(),
+            parent_selector: store_selector(&edge.parent_selector),
+            child_selector: store_selector(&edge.child_selector),
+            last_updated: None,
+            created,
+        })
+    }
+
     fn of(row: &Row) -> Result<StoredEdge, GraphError> {
         let corrupt = |what: &str| GraphError::Corrupt(format!("a dependency row without a valid {what}"));
         Ok(StoredEdge {
@@ -256,20 +275,8 @@ impl Graph {
         }
         let mut wanted: BTreeMap<(ChangeKind, String), StoredEdge> = BTreeMap::new();
         for edge in edges {
-            edge.validate()?;
-            let parent = Title::parse(&edge.parent, titles)?;
-            if parent == *child {
-                return Err(GraphError::Invalid(format!("{child} cannot depend on itself")));
-            }
-            let stored = StoredEdge {
-                priority: edge.priority,
-                kind: edge.kind,
-                parent: parent.as_str().to_owned(),
-                parent_selector: store_selector(&edge.parent_selector),
-                child_selector: store_selector(&edge.child_selector),
-                last_updated: None,
-                created: None,
-            };
+            let stored = StoredEdge::checked(child, edge, titles, None)?;
+            let parent = stored.parent.clone();
             if wanted.insert((edge.kind, stored.parent.clone()), stored).is_some() {
                 return Err(GraphError::Invalid(format!(
                     "{} appears twice with type {}: one edge per parent and type, its selectors naming every fragment",
@@ -340,20 +347,7 @@ impl Graph {
         let now_ms = now_micros() / 1000;
         let mut groups = Vec::with_capacity(edges.len());
         for (child, edge) in edges {
-            edge.validate()?;
-            let parent = Title::parse(&edge.parent, titles)?;
-            if parent == *child {
-                return Err(GraphError::Invalid(format!("{child} cannot depend on itself")));
-            }
-            let stored = StoredEdge {
-                priority: edge.priority,
-                kind: edge.kind,
-                parent: parent.as_str().to_owned(),
-                parent_selector: store_selector(&edge.parent_selector),
-                child_selector: store_selector(&edge.child_selector),
-                last_updated: None,
-                created: Some(now_ms),
-            };
+            let stored = StoredEdge::checked(child, edge, titles, Some(now_ms))?;
             groups.push(Self::put_edge(domain, child, &stored, &[]));
         }
         self.apply_groups(groups).await
