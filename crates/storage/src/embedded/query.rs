@@ -125,6 +125,32 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
     let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
     let ck: Vec<&Column> = ck_cols(t).into_iter().map(|(c, _)| c).collect();
     let partition_cells: Vec<(&'static str, Value)> = pk_cols(t).iter().map(|c| c.name).zip(query.partition.iter().cloned()).collect();
+    let projected: Vec<&Column> = regular_cols(t).into_iter().filter(|c| wanted(c)).collect();
+
+    let sql = read_rows_sql(query, after, now);
+    let mut stmt = conn.prepare_cached(&sql.text)?;
+    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mut cells = Vec::with_capacity(partition_cells.len() + ck.len() + projected.len());
+        cells.extend(partition_cells.iter().cloned());
+        for (i, c) in ck.iter().chain(projected.iter()).enumerate() {
+            cells.push((c.name, from_sql(c.ty, r.get_ref(i + 1)?)?));
+        }
+        out.push(Row::new(cells));
+    }
+    let statics: Vec<&Column> = static_cols(t).into_iter().filter(|c| wanted(c)).collect();
+    let static_row = if statics.is_empty() { None } else { read_statics(conn, t, &query.partition, &statics, now)? };
+    Ok((out, static_row))
+}
+
+/// The statement [`read_rows`] runs: its text depends only on the query's
+/// shape (table, columns, slice bounds present, limit present), the values are
+/// parameters, so one cached statement serves every partition.
+pub(crate) fn read_rows_sql(query: &ReadQuery, after: Option<&[Value]>, now: i64) -> Sql {
+    let t = query.table;
+    let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
+    let ck: Vec<&Column> = ck_cols(t).into_iter().map(|(c, _)| c).collect();
     let regular = regular_cols(t);
     let projected: Vec<&Column> = regular.iter().copied().filter(|c| wanted(c)).collect();
 
@@ -146,20 +172,7 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
         let p = sql.bind(SqlValue::Integer(limit as i64 + 1));
         sql.push(&format!(" LIMIT {p}"));
     }
-    let mut stmt = conn.prepare_cached(&sql.text)?;
-    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        let mut cells = Vec::with_capacity(partition_cells.len() + ck.len() + projected.len());
-        cells.extend(partition_cells.iter().cloned());
-        for (i, c) in ck.iter().chain(projected.iter()).enumerate() {
-            cells.push((c.name, from_sql(c.ty, r.get_ref(i + 1)?)?));
-        }
-        out.push(Row::new(cells));
-    }
-    let statics: Vec<&Column> = static_cols(t).into_iter().filter(|c| wanted(c)).collect();
-    let static_row = if statics.is_empty() { None } else { read_statics(conn, t, &query.partition, &statics, now)? };
-    Ok((out, static_row))
+    sql
 }
 
 /// The live static cells of a partition, or `None` when none is set.
