@@ -155,6 +155,7 @@ macro_rules! conformance_suite {
             token_range_scans_resume_from_plain_positions_with_statics,
             a_read_without_a_limit_never_loads_a_large_partition_whole,
             many_partitions_read_at_once_answer_as_one_by_one,
+            holdings_count_every_live_cell_in_steps_that_resume,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
             bad_requests_change_nothing,
@@ -836,6 +837,49 @@ pub async fn a_read_without_a_limit_never_loads_a_large_partition_whole(s: &Subj
     // Under the cap, a read without a limit answers as before.
     store.write(Delete::row(&MIXED, [text("wide")], [int(0), text("x")])).await.expect("delete");
     assert_eq!(store.read(&ReadQuery::new(&MIXED, [text("wide")])).await.expect("read").rows.len(), 5);
+}
+
+pub async fn holdings_count_every_live_cell_in_steps_that_resume(s: &Subject) {
+    // 30 partitions of COUNTERS: a static count (8 bytes) on every third,
+    // and p % 4 rows of clustering (8) + owner ("owner-{p}") each.
+    let mut expected_rows = 0;
+    let mut expected_bytes = 0;
+    for p in 0..30i64 {
+        let part = format!("held{p}");
+        if p % 3 == 0 {
+            s.store.write(Upsert::new(&COUNTERS, [text(&part)]).set("count", p)).await.expect("static");
+            expected_bytes += 8;
+        }
+        for c in 0..p % 4 {
+            let owner = format!("owner-{p}");
+            expected_rows += 1;
+            expected_bytes += 8 + owner.len() as u64;
+            s.store.write(Upsert::new(&COUNTERS, [text(&part), int(c)]).set("owner", owner)).await.expect("row");
+        }
+    }
+    // Partitions with only statics or rows, 7 per step: each step resumes
+    // after the last one, and the steps together count everything once.
+    let mut total = crate::ops::Holdings::default();
+    let mut after = None;
+    let mut steps = 0;
+    loop {
+        let step = s.store.holdings(&ScanQuery::new(&COUNTERS, 7).after(after.take())).await.expect("holdings");
+        assert!(step.partitions <= 7);
+        total.add(&step);
+        steps += 1;
+        match step.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+        assert!(steps < 30, "holdings steps do not end");
+    }
+    // Partitions 1..29 with a row or a static: p % 4 != 0 or p % 3 == 0.
+    let partitions = (0..30).filter(|p| p % 4 != 0 || p % 3 == 0).count() as u64;
+    assert_eq!((total.partitions, total.rows_live, total.bytes_live), (partitions, expected_rows, expected_bytes));
+    // Nothing expired or deleted yet: everything held is live.
+    assert_eq!((total.rows_held, total.bytes_held), (total.rows_live, total.bytes_live));
+    assert!(steps >= 3, "{steps} steps for {partitions} partitions");
+    assert!(matches!(s.store.holdings(&ScanQuery::new(&COUNTERS, 0)).await, Err(StoreError::Invalid(_))));
 }
 
 pub async fn many_partitions_read_at_once_answer_as_one_by_one(s: &Subject) {

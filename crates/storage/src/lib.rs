@@ -39,9 +39,9 @@ pub use error::{StoreError, StoreResult};
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
-    Cas, CasOutcome, Condition, Delete, DeleteTarget, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
+    Cas, CasOutcome, Condition, Delete, DeleteTarget, Holdings, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
     ScannedPartition, Slice, TokenRange, Upsert, Write,
 };
 pub use revstore_schema::{ColumnType, TableDef};
-pub use store::{Engine, EngineKind, Store};
+pub use store::{Engine, EngineKind, Store, row_bytes};
 pub use value::{Row, Value};

@@ -473,6 +473,37 @@ pub struct ScanPage {
     pub next: Option<String>,
 }
 
+/// What an engine holds of some partitions of a table, counted for storage
+/// audits in value bytes ([`Value::stored_len`](crate::Value::stored_len)) of
+/// clustering, regular and static cells (partition keys are not counted).
+/// "Held" is what the engine still keeps: on the embedded engine that includes
+/// expired rows and cells not yet purged (a deleted row leaves its table at
+/// once; its small tombstone record is kept aside and not counted). Cassandra
+/// does not let a client see expired cells or tombstones, so there "held"
+/// equals "live".
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Holdings {
+    /// Partitions visited (on the embedded engine including ones with nothing live).
+    pub partitions: u64,
+    pub rows_held: u64,
+    pub bytes_held: u64,
+    pub rows_live: u64,
+    pub bytes_live: u64,
+    /// Where the next step resumes; `None` when the range is done.
+    pub next: Option<ScanPosition>,
+}
+
+impl Holdings {
+    /// Adds another step's counts (keeping this one's `next`).
+    pub fn add(&mut self, other: &Holdings) {
+        self.partitions += other.partitions;
+        self.rows_held += other.rows_held;
+        self.bytes_held += other.bytes_held;
+        self.rows_live += other.rows_live;
+        self.bytes_live += other.bytes_live;
+    }
+}
+
 /// What a purge of expired data removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeStats {

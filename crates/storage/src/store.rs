@@ -11,7 +11,7 @@ use revstore_schema::{ColumnKind, ColumnType, TableDef};
 use crate::error::{StoreError, StoreResult};
 use futures_util::{Stream, StreamExt};
 
-use crate::ops::{
+use crate::ops::{Holdings, 
     Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows, ScannedPartition,
     Slice, Upsert, Write,
 };
@@ -76,6 +76,41 @@ pub trait Engine: Send + Sync + Debug {
     /// within its token range and strictly after its position, with the
     /// static columns it names.
     async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<crate::ops::ScannedPartition>>;
+
+    /// What the engine holds of up to `limit` partitions of the query's range
+    /// (its `statics` are ignored), and where the next step resumes. This
+    /// default counts what reads see, live data only (Cassandra: expired cells
+    /// and tombstones are invisible to a client); the embedded engine
+    /// overrides it to count what its files still keep.
+    async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings> {
+        let table = query.table;
+        let statics: Vec<&'static str> = table.columns.iter().filter(|c| c.kind == ColumnKind::Static).map(|c| c.name).collect();
+        let mut found = self.scan(&ScanQuery { statics, ..query.clone() }).await?;
+        let more = found.len() > query.limit as usize;
+        found.truncate(query.limit as usize);
+        let mut held = Holdings::default();
+        for partition in &found {
+            held.partitions += 1;
+            held.bytes_live += partition.statics.as_ref().map_or(0, |s| s.columns().map(|(_, v)| v.stored_len()).sum());
+            let mut after = None;
+            loop {
+                let (rows, _) = self.read(&ReadQuery::new(table, partition.key.clone()).limit(HOLDINGS_PAGE), after.take()).await?;
+                let more_rows = rows.len() > HOLDINGS_PAGE as usize;
+                for row in rows.iter().take(HOLDINGS_PAGE as usize) {
+                    held.rows_live += 1;
+                    held.bytes_live += row_bytes(table, row);
+                }
+                match rows.get(HOLDINGS_PAGE as usize - 1) {
+                    Some(last) if more_rows => after = Some(clustering_key(table, last)),
+                    _ => break,
+                }
+            }
+        }
+        held.rows_held = held.rows_live;
+        held.bytes_held = held.bytes_live;
+        held.next = if more { found.last().map(|p| p.position()) } else { None };
+        Ok(held)
+    }
 
     /// Cheap reachability check for readiness probes.
     async fn ping(&self) -> StoreResult<()>;
@@ -352,9 +387,32 @@ impl Store {
         self.timed("ping", self.engine.ping()).await
     }
 
+    /// What the engine holds of up to `query.limit` partitions (see [`Holdings`]).
+    pub async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings> {
+        if query.limit == 0 {
+            return Err(StoreError::Invalid("a holdings step needs a limit of at least one partition".into()));
+        }
+        self.timed("holdings", self.engine.holdings(query)).await
+    }
+
     pub async fn purge_expired(&self) -> StoreResult<PurgeStats> {
         self.timed("purge", self.engine.purge_expired()).await
     }
+}
+
+/// Rows read per page when counting a partition's holdings.
+const HOLDINGS_PAGE: u32 = 1000;
+
+/// A row's clustering and regular cells in [`Value::stored_len`]'s unit: what
+/// [`Holdings`] counts for it.
+pub fn row_bytes(table: &TableDef, row: &Row) -> u64 {
+    table
+        .columns
+        .iter()
+        .filter(|c| matches!(c.kind, ColumnKind::Clustering(_) | ColumnKind::Regular))
+        .filter_map(|c| row.get(c.name))
+        .map(Value::stored_len)
+        .sum()
 }
 
 /// The clustering key of a row read from `table`.

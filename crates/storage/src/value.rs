@@ -39,6 +39,19 @@ impl Value {
         matches!(self, Value::Null)
     }
 
+    /// Bytes of the value as CQL serializes it (0 for null): the unit in which
+    /// storage audits count what a table holds, the same on both engines.
+    pub fn stored_len(&self) -> u64 {
+        match self {
+            Value::Null => 0,
+            Value::Text(s) => s.len() as u64,
+            Value::BigInt(_) | Value::Timestamp(_) => 8,
+            Value::Blob(b) => b.len() as u64,
+            Value::TimeUuid(_) => 16,
+            Value::Boolean(_) => 1,
+        }
+    }
+
     /// The value as CQL serializes it: what Cassandra hashes for tokens and
     /// compares when two writes carry the same timestamp.
     pub fn cql_bytes(&self) -> Vec<u8> {

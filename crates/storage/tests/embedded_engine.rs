@@ -241,3 +241,37 @@ async fn a_reused_partition_id_carries_nothing_over() {
     assert_eq!(scanned.len(), 2);
     assert!(scanned.contains(&vec![Value::from("first")]) && scanned.contains(&vec![Value::from("new")]), "{scanned:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holdings_count_expired_rows_until_a_purge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = open(dir.path(), &clock);
+    store.ensure_tables(&[&BLOBS]).await.expect("tables");
+    // "stays": 2 rows of 100 bytes; "expires": 3 rows of 100 bytes for a
+    // minute; "deleted": one row written, then deleted.
+    for c in 0..2 {
+        store.write(Upsert::new(&BLOBS, [Value::from("stays"), Value::from(c)]).set("v", vec![1u8; 100])).await.expect("write");
+    }
+    for c in 0..3 {
+        store.write(Upsert::new(&BLOBS, [Value::from("expires"), Value::from(c)]).set("v", vec![2u8; 100]).ttl(60)).await.expect("write");
+    }
+    store.write(Upsert::new(&BLOBS, [Value::from("deleted"), Value::from(0)]).set("v", vec![3u8; 100])).await.expect("write");
+    store.write(Delete::row(&BLOBS, [Value::from("deleted")], [Value::from(0)])).await.expect("delete");
+    let all = revstore_storage::ScanQuery::new(&BLOBS, 100);
+    let everything = || store.holdings(&all);
+
+    clock.advance_secs(61);
+    let before = everything().await.expect("holdings");
+    // Live: the two rows of "stays" (8-byte key + 100 bytes each).
+    assert_eq!((before.rows_live, before.bytes_live), (2, 216));
+    // Held besides: the three expired rows whole. A deleted row leaves the
+    // table at once (its tombstone is kept aside, in `$tombstones`).
+    assert_eq!((before.partitions, before.rows_held, before.bytes_held), (2, 5, 216 + 324));
+    assert_eq!(before.next, None);
+
+    // A purge drops the expired rows and their partition.
+    store.purge_expired().await.expect("purge");
+    let after = everything().await.expect("holdings");
+    assert_eq!((after.partitions, after.rows_held, after.bytes_held, after.rows_live, after.bytes_live), (1, 2, 216, 2, 216));
+}

@@ -31,7 +31,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value};
 use writer::{Job, Writer};
@@ -269,6 +269,12 @@ impl Engine for EmbeddedEngine {
         let now = self.options.clock.now_micros();
         let query = query.clone();
         self.with_reader(move |conn| query::scan_partitions(conn, &query, now)).await
+    }
+
+    async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings> {
+        let now = self.options.clock.now_micros();
+        let query = query.clone();
+        self.with_reader(move |conn| query::holdings(conn, &query, now)).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -2,13 +2,13 @@
 
 use std::ops::Bound;
 
-use revstore_schema::{Column, Order, TableDef};
+use revstore_schema::{Column, ColumnType, Order, TableDef};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params_from_iter};
 
 use super::layout::{PID, ck_cols, exp_col, from_sql, partition_token, pk_cols, q, registry_table, regular_cols, static_cols, to_sql};
 use crate::error::StoreResult;
-use crate::ops::{ReadOrder, ReadQuery, ScanQuery, ScannedPartition, Slice};
+use crate::ops::{Holdings, ReadOrder, ReadQuery, ScanPosition, ScanQuery, ScannedPartition, Slice};
 use crate::value::{Row, Value};
 
 /// SQL text with explicitly numbered parameters (`?1`, `?2`, ...), so a value
@@ -49,6 +49,21 @@ impl Sql {
         self.push(&format!("{pid} = (SELECT {pid} FROM {} WHERE ", q(&registry_table(t)), pid = q(PID)));
         self.registry_eq(t, partition);
         self.push(")");
+    }
+
+    /// The registry rows of a scan's token range, after its position (the
+    /// registry's columns unqualified).
+    pub fn token_range(&mut self, t: &TableDef, query: &ScanQuery) -> String {
+        let after = self.bind(SqlValue::Integer(query.range.after));
+        let through = self.bind(SqlValue::Integer(query.range.through));
+        let mut cond = format!("\"$token\" > {after} AND \"$token\" <= {through}");
+        if let Some(position) = &query.after {
+            let pk_list = pk_cols(t).iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+            let tp = self.bind(SqlValue::Integer(position.token));
+            let kp: Vec<String> = position.key.iter().map(|v| self.bind(to_sql(v))).collect();
+            cond.push_str(&format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", ")));
+        }
+        cond
     }
 
     /// ` AND ...` restricting the clustering columns to a slice.
@@ -201,16 +216,7 @@ pub(crate) fn scan_partitions(conn: &Connection, query: &ScanQuery, now: i64) ->
     let statics: Vec<&Column> = query.statics.iter().filter_map(|name| t.column(name)).collect();
     let mut sql = Sql::default();
     let now_p = sql.bind(SqlValue::Integer(now));
-    let after_p = sql.bind(SqlValue::Integer(query.range.after));
-    let through_p = sql.bind(SqlValue::Integer(query.range.through));
-    let after_cond = match &query.after {
-        None => String::new(),
-        Some(position) => {
-            let tp = sql.bind(SqlValue::Integer(position.token));
-            let kp: Vec<String> = position.key.iter().map(|v| sql.bind(to_sql(v))).collect();
-            format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", "))
-        }
-    };
+    let in_range = sql.token_range(t, query);
     // A partition is listed when a static cell or a row of it is alive.
     let has_live_row = format!(
         "EXISTS (SELECT 1 FROM {rows} WHERE {rows}.{pid} = p.{pid} AND {})",
@@ -223,7 +229,7 @@ pub(crate) fn scan_partitions(conn: &Connection, query: &ScanQuery, now: i64) ->
     let limit_p = sql.bind(SqlValue::Integer(query.limit as i64 + 1));
     sql.push(&format!(
         "SELECT \"$token\", {pk_list}{static_values} FROM {} AS p \
-         WHERE \"$token\" > {after_p} AND \"$token\" <= {through_p} AND ({} OR {has_live_row}){after_cond} ORDER BY {} LIMIT {limit_p}",
+         WHERE {in_range} AND ({} OR {has_live_row}) ORDER BY {} LIMIT {limit_p}",
         q(&registry_table(t)),
         live_condition(&static_cols(t), false, &now_p),
         order.join(", ")
@@ -245,4 +251,85 @@ pub(crate) fn scan_partitions(conn: &Connection, query: &ScanQuery, now: i64) ->
         out.push(ScannedPartition { token, key, statics });
     }
     Ok(out)
+}
+
+/// SQL for a cell's size in [`Value::stored_len`](crate::Value::stored_len)'s unit.
+fn stored_len(c: &Column) -> String {
+    let v = q(c.name);
+    match c.ty {
+        ColumnType::Text => format!("coalesce(length(CAST({v} AS BLOB)), 0)"),
+        ColumnType::Blob | ColumnType::TimeUuid => format!("coalesce(length({v}), 0)"),
+        ColumnType::BigInt | ColumnType::Timestamp => format!("(CASE WHEN {v} IS NULL THEN 0 ELSE 8 END)"),
+        ColumnType::Boolean => format!("(CASE WHEN {v} IS NULL THEN 0 ELSE 1 END)"),
+    }
+}
+
+/// The size of a cell if it is alive at `now`, else 0.
+fn live_len(c: &Column, now: &str) -> String {
+    format!("(CASE WHEN {exp} IS NULL OR {exp} > {now} THEN {} ELSE 0 END)", stored_len(c), exp = exp_col(c))
+}
+
+fn sum_or_zero(parts: Vec<String>) -> String {
+    if parts.is_empty() { "0".into() } else { parts.join(" + ") }
+}
+
+/// What the database still keeps of up to `limit` partitions of the query's
+/// range, live or not: every registry row (a partition whose data all expired
+/// stays there until a purge) with its rows, expired and deleted ones included.
+pub(crate) fn holdings(conn: &Connection, query: &ScanQuery, now: i64) -> StoreResult<Holdings> {
+    let t = query.table;
+    let pk = pk_cols(t);
+    let ck: Vec<&Column> = ck_cols(t).into_iter().map(|(c, _)| c).collect();
+    let regular = regular_cols(t);
+    let statics = static_cols(t);
+    let mut sql = Sql::default();
+    let now_p = sql.bind(SqlValue::Integer(now));
+    let in_range = sql.token_range(t, query);
+    let limit_p = sql.bind(SqlValue::Integer(query.limit as i64 + 1));
+    let pk_list = pk.iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+    let key_bytes = sum_or_zero(ck.iter().map(|c| stored_len(c)).collect());
+    let row_held = format!("{key_bytes} + {}", sum_or_zero(regular.iter().map(|c| stored_len(c)).collect()));
+    let row_live = format!("{key_bytes} + {}", sum_or_zero(regular.iter().map(|c| live_len(c, &now_p)).collect()));
+    let live = live_condition(&regular, true, &now_p);
+    let static_held = sum_or_zero(statics.iter().map(|c| stored_len(c)).collect());
+    let static_live = sum_or_zero(statics.iter().map(|c| live_len(c, &now_p)).collect());
+    // Row columns and registry columns never share a name except `pid` and
+    // `$purge`, so the row expressions need no qualification.
+    sql.push(&format!(
+        "SELECT p.\"$token\", {pk_p}, p.static_held, p.static_live, count(r.{pid}), \
+         coalesce(sum({row_held}), 0), coalesce(sum(CASE WHEN {live} THEN 1 ELSE 0 END), 0), \
+         coalesce(sum(CASE WHEN {live} THEN {row_live} ELSE 0 END), 0) \
+         FROM (SELECT {pid}, \"$token\", {pk_list}, {static_held} AS static_held, {static_live} AS static_live FROM {registry} \
+               WHERE {in_range} ORDER BY \"$token\", {pk_list} LIMIT {limit_p}) AS p \
+         LEFT JOIN {rows} AS r ON r.{pid} = p.{pid} GROUP BY p.{pid} ORDER BY p.\"$token\", {pk_p}",
+        pk_p = pk.iter().map(|c| format!("p.{}", q(c.name))).collect::<Vec<_>>().join(", "),
+        pid = q(PID),
+        registry = q(&registry_table(t)),
+        rows = q(t.name),
+    ));
+    let mut stmt = conn.prepare_cached(&sql.text)?;
+    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    let mut found = Holdings::default();
+    let mut last = None;
+    while let Some(r) = rows.next()? {
+        if found.partitions == u64::from(query.limit) {
+            found.next = last.take();
+            break;
+        }
+        let token: i64 = r.get(0)?;
+        let mut key = Vec::with_capacity(pk.len());
+        for (i, c) in pk.iter().enumerate() {
+            key.push(from_sql(c.ty, r.get_ref(i + 1)?)?);
+        }
+        let n = pk.len() + 1;
+        let (static_held, static_live): (i64, i64) = (r.get(n)?, r.get(n + 1)?);
+        let (rows_held, bytes_held, rows_live, bytes_live): (i64, i64, i64, i64) = (r.get(n + 2)?, r.get(n + 3)?, r.get(n + 4)?, r.get(n + 5)?);
+        found.partitions += 1;
+        found.rows_held += rows_held as u64;
+        found.bytes_held += (bytes_held + static_held) as u64;
+        found.rows_live += rows_live as u64;
+        found.bytes_live += (bytes_live + static_live) as u64;
+        last = Some(ScanPosition { token, key });
+    }
+    Ok(found)
 }
