@@ -2,13 +2,15 @@
 //! that serve it and the clients that call it: what a render's parts are
 //! called and which content type each is served with, the bodies of render
 //! writes and bundles, the ETag of a render, the change notice sent to the
-//! dependency graph and the graph's own bodies ([`graph`]), and the paths of
-//! the calls services make to each other.
+//! dependency graph and the graph's own bodies ([`graph`]), the janitor's
+//! admin calls ([`janitor`]), and the paths of the calls services make to each
+//! other.
 //!
 //! Nothing here knows how a service stores data; that stays in the service.
 
 mod bodies;
 pub mod graph;
+pub mod janitor;
 mod notice;
 mod parts;
 pub mod paths;

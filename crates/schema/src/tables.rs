@@ -440,7 +440,13 @@ pub mod janitor {
 
     pub static LEASES: TableDef = TableDef {
         name: "janitor_leases",
-        columns: &[C::partition("name", Text), C::regular("owner", Text), C::regular("acquired_at", Timestamp)],
+        columns: &[
+            C::partition("name", Text),
+            C::regular("owner", Text),
+            C::regular("acquired_at", Timestamp),
+            // Added in janitor schema 6: when the lease lapses unless renewed.
+            C::regular("expires_at", Timestamp),
+        ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
         comment: "mutual exclusion of janitor runs (conditional insert with a TTL)",

@@ -50,7 +50,7 @@ pub static CURRENT_STORE: Component = Component { name: "current-store", version
 pub static OLD_STORE: Component = Component { name: "old-store", version: 5, compatible_from: 5, tables: &old_store::TABLES };
 pub static DEPENDENCY_GRAPH: Component =
     Component { name: "dependency-graph", version: 6, compatible_from: 6, tables: &dependency_graph::TABLES };
-pub static JANITOR: Component = Component { name: "janitor", version: 5, compatible_from: 5, tables: &janitor::TABLES };
+pub static JANITOR: Component = Component { name: "janitor", version: 6, compatible_from: 5, tables: &janitor::TABLES };
 
 /// Every component, in a stable order.
 pub static COMPONENTS: [&Component; 4] = [&CURRENT_STORE, &OLD_STORE, &DEPENDENCY_GRAPH, &JANITOR];
@@ -71,7 +71,7 @@ mod tests {
         ("current-store", 5, "01cc0321de1f128b"),
         ("old-store", 5, "8029fb4a412ad7da"),
         ("dependency-graph", 6, "7436893bc1b532e8"),
-        ("janitor", 5, "603cc2d21ea11279"),
+        ("janitor", 6, "bfea0ec13c63e3f2"),
     ];
 
     /// `schema_meta`'s own declaration, which every migration applies first.

@@ -10,6 +10,7 @@
 
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::MethodRouter;
@@ -18,6 +19,7 @@ use revstore_storage::{StorageSettings, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::janitor_admin::{JanitorAdmin, Sweep};
 use crate::server::Platform;
 use crate::settings::{CommonArgs, ServiceSettings, StorageArgs, exit_on_settings_error, parse_args_or_exit};
 
@@ -90,6 +92,13 @@ impl<S: Clone + Send + Sync + 'static> Routes<S> {
     pub fn with_state(self, state: S) -> Routes {
         Routes { router: self.router.with_state(state), templates: self.templates }
     }
+
+    /// These routes and `other`'s (their paths must not overlap).
+    pub fn merge(mut self, other: Routes<S>) -> Self {
+        self.router = self.router.merge(other.router);
+        self.templates.extend(other.templates);
+        self
+    }
 }
 
 /// A service built and ready to serve: its platform (store, settings,
@@ -105,6 +114,14 @@ impl Service {
     /// The service of `platform` serving `routes` (inside the platform's
     /// layers and ops routes).
     pub fn new(platform: Platform, routes: Routes) -> Self {
+        Service::with_sweeps(platform, routes, Vec::new())
+    }
+
+    /// The service, also offering the janitor these sweeps of its tables.
+    /// Every service answers the janitor's lease and purge calls (see
+    /// [`crate::janitor_admin`]).
+    pub fn with_sweeps(platform: Platform, routes: Routes, sweeps: Vec<Arc<dyn Sweep>>) -> Self {
+        let routes = routes.merge(JanitorAdmin::new(platform.clone(), sweeps).routes());
         let router = platform.router(routes.router);
         Service { platform, router, templates: routes.templates }
     }
@@ -176,7 +193,8 @@ pub async fn serve_all(services: Vec<(Service, TcpListener)>, shutdown: impl Fut
 pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) -> Result<Store, BoxError> {
     let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
     if settings.migrate_on_start {
-        let outcomes = store.migrate(&[schema]).await.map_err(|e| format!("schema migration: {e}"))?;
+        // Every service keeps the janitor's lease and checkpoints for its own tables.
+        let outcomes = store.migrate(&[schema, &revstore_schema::version::JANITOR]).await.map_err(|e| format!("schema migration: {e}"))?;
         for (component, outcome) in outcomes {
             tracing::info!(component, %outcome, "schema");
         }

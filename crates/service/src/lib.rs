@@ -21,6 +21,8 @@
 //!   in one process ([`serve_all`]), and the job entry point ([`job_main`]).
 //! - [`worker`]: background loops as [`worker::Worker`]s, with their states,
 //!   failure pauses and metrics in one place.
+//! - [`janitor_admin`]: what every service answers the janitor: the run
+//!   lease, resumable sweep steps over its tables, the storage purge.
 
 /// The memory allocator of every service process (and of anything else that
 /// links this crate). Services allocate many short-lived buffers of
@@ -34,6 +36,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod access;
 pub mod connections;
+pub mod janitor_admin;
 pub mod launch;
 pub mod middleware;
 pub mod openapi;

@@ -76,7 +76,8 @@ impl Platform {
                 schema,
                 store,
                 settings,
-                openapi: crate::openapi::complete(openapi),
+                // Every service answers the janitor's admin calls (see `Service::new`).
+                openapi: crate::openapi::complete(openapi.merge_from(<crate::janitor_admin::JanitorAdminDoc as utoipa::OpenApi>::openapi())),
                 ready: AtomicBool::new(true),
                 stop_workers: CancellationToken::new(),
                 workers: std::sync::Mutex::new(Vec::new()),

@@ -589,7 +589,11 @@ async fn one_process_serves_two_services_side_by_side_each_on_its_own_store() {
         let args = TestArgs::parse_from(["items", "--data-dir", dir.path().to_str().expect("utf-8"), "--write-tokens", WRITE_TOKEN]);
         let service = revstore_service::build::<Items>(args).await.expect("build");
         assert_eq!(service.name(), "items");
-        assert_eq!(service.route_templates(), ["/{domain}/v1/items/{key}"]);
+        // Its own route, and the janitor's admin calls every service answers.
+        assert_eq!(
+            service.route_templates(),
+            ["/{domain}/v1/items/{key}", "/admin/janitor/lease", "/admin/janitor/{task}/step", "/admin/storage/purge"]
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         urls.push(format!("http://{}", listener.local_addr().expect("addr")));
         services.push((service, listener));

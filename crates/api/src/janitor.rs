@@ -1,0 +1,175 @@
+//! The janitor's admin calls, which every service answers for its own tables:
+//! the run lease, bounded sweep steps, and the storage purge. The janitor
+//! (`revstore-janitor`) drives them; the service does the work, because only
+//! it knows what its rows mean and only it may open its store.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::BodyError;
+
+/// The longest lease a run may ask for: a crashed run blocks the next one at most this long.
+pub const MAX_LEASE_SECS: u64 = 3600;
+/// The most partitions one step may visit.
+pub const MAX_STEP_PARTITIONS: u32 = 10_000;
+
+/// Paths of the admin calls (no domain: they are about the service's tables).
+pub mod paths {
+    /// `POST` takes or renews the lease, `DELETE` gives it back.
+    pub const LEASE: &str = "/admin/janitor/lease";
+    /// `POST`: one step of a sweep (`{task}` is one of the service's tasks).
+    pub fn step(task: &str) -> String {
+        format!("/admin/janitor/{task}/step")
+    }
+    /// `POST`: drop expired data the engine still keeps.
+    pub const PURGE: &str = "/admin/storage/purge";
+}
+
+/// The lease that keeps two janitor runs from overlapping, as asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// Who runs: the run's id (a time UUID). Renewing a lease one holds extends it.
+    pub holder: String,
+    /// How long the lease lasts unless renewed (1 to 3600 seconds).
+    pub ttl_secs: u64,
+}
+
+impl LeaseRequest {
+    pub fn validate(&self) -> Result<revstore_keys::Tid, BodyError> {
+        let holder = check_holder(&self.holder)?;
+        if !(1..=MAX_LEASE_SECS).contains(&self.ttl_secs) {
+            return Err(BodyError(format!("ttl_secs must be within 1-{MAX_LEASE_SECS}")));
+        }
+        Ok(holder)
+    }
+}
+
+/// A holder is a run id: a time-based (version 1) UUID, which says when the
+/// run started and is what the service records with its checkpoints.
+pub fn check_holder(holder: &str) -> Result<revstore_keys::Tid, BodyError> {
+    revstore_keys::Tid::parse(holder).map_err(|e| BodyError(format!("holder: {e}")))
+}
+
+/// A lease granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Lease {
+    pub holder: String,
+    /// RFC 3339.
+    pub expires_at: String,
+}
+
+/// One step of a sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepRequest {
+    /// The lease holder (the run's id): a step by anyone else is refused (409).
+    pub holder: String,
+    /// The most partitions this step visits (1 to 10,000).
+    pub budget: u32,
+    /// Count what would change, change nothing. Dry runs keep their own
+    /// checkpoint, so they never move a real sweep's.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Start the sweep from the beginning instead of its checkpoint.
+    #[serde(default)]
+    pub restart: bool,
+}
+
+impl StepRequest {
+    pub fn validate(&self) -> Result<revstore_keys::Tid, BodyError> {
+        let holder = check_holder(&self.holder)?;
+        if !(1..=MAX_STEP_PARTITIONS).contains(&self.budget) {
+            return Err(BodyError(format!("budget must be within 1-{MAX_STEP_PARTITIONS} partitions")));
+        }
+        Ok(holder)
+    }
+}
+
+/// What one step did (or, dry, would have done).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StepReport {
+    /// Partitions visited.
+    pub partitions: u64,
+    /// Rows removed or repaired (dry run: that would be).
+    pub rows: u64,
+    /// Value bytes of the rows removed.
+    pub bytes: u64,
+    /// The sweep is complete: its checkpoint is cleared, the next step starts over.
+    pub done: bool,
+    /// Whether this step resumed from a checkpoint an earlier run left.
+    pub resumed: bool,
+    /// The audit's counts per table (audit steps only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: BTreeMap<String, TableAudit>,
+}
+
+/// What a table holds against what it should, in value bytes (the CQL
+/// serialized size of clustering, regular and static cells).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TableAudit {
+    /// Partitions visited.
+    pub partitions: u64,
+    /// Held: what the engine keeps, expired data not yet purged included
+    /// where the engine can tell (the embedded engine; on Cassandra it is the
+    /// live data).
+    pub rows_held: u64,
+    pub bytes_held: u64,
+    /// Ideal: what readers are entitled to (latest renders, renders inside
+    /// their grace period, archived revisions, each edge once per direction).
+    pub rows_ideal: u64,
+    pub bytes_ideal: u64,
+}
+
+impl TableAudit {
+    pub fn add(&mut self, other: &TableAudit) {
+        self.partitions += other.partitions;
+        self.rows_held += other.rows_held;
+        self.bytes_held += other.bytes_held;
+        self.rows_ideal += other.rows_ideal;
+        self.bytes_ideal += other.bytes_ideal;
+    }
+
+    /// Held bytes over ideal bytes (1.0 for an empty table).
+    pub fn overstore_ratio(&self) -> f64 {
+        if self.bytes_ideal == 0 { if self.bytes_held == 0 { 1.0 } else { f64::INFINITY } } else { self.bytes_held as f64 / self.bytes_ideal as f64 }
+    }
+}
+
+/// What a purge removed (the embedded engine; Cassandra purges by compaction
+/// and reports nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PurgeReport {
+    pub rows: u64,
+    pub tombstones: u64,
+    pub bytes_freed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_and_budgets_are_bounded() {
+        const RUN: &str = "a1b2c3d4-0000-11ee-8000-000000000000";
+        let step = |holder: &str, budget| StepRequest { holder: holder.into(), budget, dry_run: false, restart: false }.validate();
+        assert!(step(RUN, 500).is_ok());
+        // Not time UUIDs: no text of the caller's reaches a log as a holder.
+        for holder in ["", "run 1", "a1b2c3d4-0000-41ee-8000-000000000000", &"x".repeat(129)] {
+            assert!(step(holder, 500).is_err(), "{holder:?}");
+        }
+        assert!(step(RUN, 0).is_err());
+        assert!(step(RUN, MAX_STEP_PARTITIONS + 1).is_err());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 0 }.validate().is_err());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: MAX_LEASE_SECS + 1 }.validate().is_err());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 60 }.validate().is_ok());
+    }
+
+    #[test]
+    fn the_overstore_ratio_is_held_over_ideal() {
+        let audit = TableAudit { bytes_held: 300, bytes_ideal: 200, ..TableAudit::default() };
+        assert_eq!(audit.overstore_ratio(), 1.5);
+        assert_eq!(TableAudit::default().overstore_ratio(), 1.0);
+    }
+}
