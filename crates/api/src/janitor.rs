@@ -133,7 +133,11 @@ impl TableAudit {
 
     /// Held bytes over ideal bytes (1.0 for an empty table).
     pub fn overstore_ratio(&self) -> f64 {
-        if self.bytes_ideal == 0 { if self.bytes_held == 0 { 1.0 } else { f64::INFINITY } } else { self.bytes_held as f64 / self.bytes_ideal as f64 }
+        if self.bytes_ideal == 0 {
+            if self.bytes_held == 0 { 1.0 } else { f64::INFINITY }
+        } else {
+            self.bytes_held as f64 / self.bytes_ideal as f64
+        }
     }
 }
 

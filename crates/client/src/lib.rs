@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 mod peers;
-pub use peers::{Archived, GraphClient, OldStoreClient};
+pub use peers::{Archived, GraphClient, JanitorClient, OldStoreClient};
 
 /// A problem document (RFC 9457) as revstore services send it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]

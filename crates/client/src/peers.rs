@@ -1,10 +1,11 @@
 //! Typed clients of the services revstore services call: old-store (archive
-//! writes, suppressions, fallback reads) and the dependency graph (change
-//! notices). Paths and bodies come from the wire contract (`revstore-api`);
+//! writes, suppressions, fallback reads), the dependency graph (change
+//! notices), and every service as the janitor calls it. Paths and bodies come from the wire contract (`revstore-api`);
 //! each client lists the routes it calls (`ROUTES`) so tests check them
 //! against the service's OpenAPI document.
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use revstore_api::janitor::{self, Lease, LeaseRequest, PurgeReport, StepReport, StepRequest};
 use revstore_api::{ArchiveBody, Selection, paths};
 
 use crate::{Answer, ClientError, HttpClient};
@@ -100,5 +101,65 @@ impl GraphClient {
     pub async fn notify_json(&self, domain: &str, json: Vec<u8>) -> Result<(), ClientError> {
         self.http.send(Method::POST, &paths::graph_changes(domain), json_headers(), Some(json)).await?;
         Ok(())
+    }
+}
+
+/// Any service, as the janitor calls it: the run lease, sweep steps and the
+/// storage purge (`revstore_api::janitor`).
+#[derive(Debug, Clone)]
+pub struct JanitorClient {
+    http: HttpClient,
+}
+
+impl JanitorClient {
+    /// The routes this client calls, as every service documents them.
+    pub const ROUTES: [(Method, &'static str); 4] = [
+        (Method::POST, "/admin/janitor/lease"),
+        (Method::DELETE, "/admin/janitor/lease"),
+        (Method::POST, "/admin/janitor/{task}/step"),
+        (Method::POST, "/admin/storage/purge"),
+    ];
+
+    pub fn new(http: HttpClient) -> Self {
+        JanitorClient { http }
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.http.base_url()
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self, path: &str, answer: Answer) -> Result<T, ClientError> {
+        answer.json().map_err(|e| ClientError::Decode {
+            method: Method::POST,
+            url: format!("{}{path}", self.http.base_url()),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Takes or renews the lease; a 409 means another run holds it.
+    pub async fn take_lease(&self, request: &LeaseRequest) -> Result<Lease, ClientError> {
+        let answer = self.http.post_json(janitor::paths::LEASE, request).await?;
+        self.decode(janitor::paths::LEASE, answer)
+    }
+
+    /// Gives the lease back (nothing happens when `holder` does not hold it).
+    pub async fn give_back_lease(&self, holder: &str) -> Result<(), ClientError> {
+        // A holder is a UUID: nothing in it needs escaping in a query.
+        let path = format!("{}?holder={holder}", janitor::paths::LEASE);
+        self.http.send(Method::DELETE, &path, HeaderMap::new(), None).await?;
+        Ok(())
+    }
+
+    /// One step of one of the service's sweeps. Not retried here: the caller
+    /// decides (a step is safe to repeat, it resumes from the checkpoint).
+    pub async fn step(&self, task: &str, request: &StepRequest) -> Result<StepReport, ClientError> {
+        let path = janitor::paths::step(&paths::path_segment(task));
+        let answer = self.http.post_json(&path, request).await?;
+        self.decode(&path, answer)
+    }
+
+    pub async fn purge(&self) -> Result<PurgeReport, ClientError> {
+        let answer = self.http.send(Method::POST, janitor::paths::PURGE, HeaderMap::new(), None).await?;
+        self.decode(janitor::paths::PURGE, answer)
     }
 }

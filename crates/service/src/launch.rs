@@ -301,6 +301,18 @@ where
             return ExitCode::from(1);
         }
     };
+    run_task(name, shutdown, |stop| job(JobContext { store, stop })).await
+}
+
+/// Runs a job that needs no store of its own (the janitor drives services
+/// over HTTP): `job` gets a stop token cancelled when `shutdown` resolves; the
+/// answer is its exit code: 0 completed, 75 interrupted, 1 failed (the error
+/// logged once).
+pub async fn run_task<F, Fut>(name: &'static str, shutdown: impl Future<Output = ()> + Send + 'static, job: F) -> ExitCode
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = Result<JobOutcome, BoxError>>,
+{
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     let signal = tokio::spawn(async move {
@@ -309,7 +321,7 @@ where
         on_signal.cancel();
     });
     let started = std::time::Instant::now();
-    let outcome = job(JobContext { store, stop }).await;
+    let outcome = job(stop).await;
     signal.abort();
     let seconds = started.elapsed().as_secs_f64();
     match outcome {

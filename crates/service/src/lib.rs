@@ -48,7 +48,7 @@ pub mod worker;
 pub use access::{Access, WriteAccess};
 pub use launch::{
     BoxError, Context, EXIT_INTERRUPTED, JobArgs, JobContext, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, build,
-    job_main, open_store, run_job, serve_all, service_main,
+    job_main, open_store, run_job, run_task, serve_all, service_main,
 };
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};

@@ -77,7 +77,9 @@ impl Platform {
                 store,
                 settings,
                 // Every service answers the janitor's admin calls (see `Service::new`).
-                openapi: crate::openapi::complete(openapi.merge_from(<crate::janitor_admin::JanitorAdminDoc as utoipa::OpenApi>::openapi())),
+                openapi: crate::openapi::complete(
+                    openapi.merge_from(<crate::janitor_admin::JanitorAdminDoc as utoipa::OpenApi>::openapi()),
+                ),
                 ready: AtomicBool::new(true),
                 stop_workers: CancellationToken::new(),
                 workers: std::sync::Mutex::new(Vec::new()),

@@ -137,9 +137,8 @@ async fn the_lease_is_exclusive_renewable_and_given_back() {
     // The holder renews.
     assert_eq!(s.post("/admin/janitor/lease", json!({"holder": RUN_A, "ttl_secs": 60})).await.0, StatusCode::OK);
     // Giving it back is only the holder's to do.
-    let give_back = |holder: &str| {
-        s.http.delete(format!("{}/admin/janitor/lease", s.base)).query(&[("holder", holder)]).bearer_auth(TOKEN).send()
-    };
+    let give_back =
+        |holder: &str| s.http.delete(format!("{}/admin/janitor/lease", s.base)).query(&[("holder", holder)]).bearer_auth(TOKEN).send();
     assert_eq!(give_back(RUN_B).await.expect("delete").status(), StatusCode::NO_CONTENT);
     assert_eq!(s.post("/admin/janitor/lease", json!({"holder": RUN_B, "ttl_secs": 60})).await.0, StatusCode::CONFLICT);
     assert_eq!(give_back(RUN_A).await.expect("delete").status(), StatusCode::NO_CONTENT);

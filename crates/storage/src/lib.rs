@@ -39,8 +39,8 @@ pub use error::{StoreError, StoreResult};
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
-    Cas, CasOutcome, Condition, Delete, DeleteTarget, Holdings, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
-    ScannedPartition, Slice, TokenRange, Upsert, Write,
+    Cas, CasOutcome, Condition, Delete, DeleteTarget, Holdings, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery,
+    ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store, row_bytes};

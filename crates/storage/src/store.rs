@@ -11,9 +11,9 @@ use revstore_schema::{ColumnKind, ColumnType, TableDef};
 use crate::error::{StoreError, StoreResult};
 use futures_util::{Stream, StreamExt};
 
-use crate::ops::{Holdings, 
-    Cas, CasOutcome, Condition, DeleteTarget, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows, ScannedPartition,
-    Slice, Upsert, Write,
+use crate::ops::{
+    Cas, CasOutcome, Condition, DeleteTarget, Holdings, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
+    ScannedPartition, Slice, Upsert, Write,
 };
 use crate::value::{Row, Value, decode_values, encode_values};
 

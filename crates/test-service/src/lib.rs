@@ -68,6 +68,26 @@ pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, token: &str, extra:
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
     let built = revstore_service::build::<D>(args).await.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
+    serve_until_ready(built).await
+}
+
+/// Starts a service of kind `D` on a store the test opened (an embedded
+/// engine on an injected clock, say), migrated by the caller; `extra`
+/// completes its command line.
+pub async fn start_with_store<D: ServiceDefinition>(store: revstore_storage::Store, token: &str, extra: &[&str]) -> Service {
+    let program = format!("revstore-{}", D::NAME);
+    let mut argv: Vec<String> =
+        [program.as_str(), "--write-tokens", token, "--shutdown-delay-secs", "0"].iter().map(|s| s.to_string()).collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
+    let settings = revstore_service::ServiceArgs::common(&args).resolve(0).unwrap_or_else(|e| panic!("{program}: {e}"));
+    let context = revstore_service::Context { store, settings };
+    let built = D::build(args, context).await.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
+    serve_until_ready(built).await
+}
+
+async fn serve_until_ready(built: revstore_service::Service) -> Service {
+    let program = format!("revstore-{}", built.name());
     let route_templates = built.route_templates().to_vec();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -12,8 +12,10 @@
 //! - [`error`]: what the page operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 //! - [`outbox`]: delivery of hand-offs to old-store and notices to the graph.
+//! - [`janitor`]: the sweeps it offers the janitor (retention, audit).
 
 pub mod error;
+pub mod janitor;
 pub mod outbox;
 pub mod pages;
 pub mod render;
@@ -113,7 +115,8 @@ impl ServiceDefinition for CurrentStore {
         } else {
             tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
         }
+        let sweeps = janitor::sweeps(&pages);
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
-        Ok(Service::new(platform, routes::routes(state)))
+        Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

@@ -82,7 +82,7 @@ fn key(domain: &Domain, title: &Title) -> [Value; 2] {
     [Value::from(domain.as_str()), Value::from(title.as_str())]
 }
 
-fn render_id(row: &Row) -> Result<RenderId, PagesError> {
+pub(crate) fn render_id(row: &Row) -> Result<RenderId, PagesError> {
     let rev = row.bigint(col::REV).and_then(|r| RevId::new(r as u64).ok());
     let tid = row.timeuuid(col::TID).and_then(|t| Tid::from_uuid(t).ok());
     match (rev, tid) {
@@ -241,7 +241,11 @@ impl Pages {
     /// A render's rows in the grace tables: `by_tid`, `by_rev` (resolved by render
     /// time) and the `renders` index, all with the grace TTL from now.
     fn grace_copies(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts) -> Vec<Write> {
-        let [d, t] = key(domain, title);
+        self.grace_copies_in(key(domain, title), id, parts)
+    }
+
+    /// [`Pages::grace_copies`] for a title given by its stored key (domain, title).
+    pub(crate) fn grace_copies_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts) -> Vec<Write> {
         let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
         vec![
             Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])

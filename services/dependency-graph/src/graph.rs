@@ -91,7 +91,7 @@ fn time_text(millis: i64) -> String {
 
 /// One edge as the by-child table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct StoredEdge {
+pub(crate) struct StoredEdge {
     priority: i64,
     kind: ChangeKind,
     parent: String,
@@ -122,7 +122,7 @@ impl StoredEdge {
         })
     }
 
-    fn of(row: &Row) -> Result<StoredEdge, GraphError> {
+    pub(crate) fn of(row: &Row) -> Result<StoredEdge, GraphError> {
         let corrupt = |what: &str| GraphError::Corrupt(format!("a dependency row without a valid {what}"));
         Ok(StoredEdge {
             priority: row.bigint(col::PRIORITY).ok_or_else(|| corrupt("priority"))?,
@@ -192,7 +192,7 @@ impl Graph {
     /// with no value is not written at all (a null written is a tombstone
     /// that every read of the partition passes over), unless `clears` names
     /// it: a selector the edge had and no longer has.
-    fn put_edge(domain: &Domain, child: &Title, edge: &StoredEdge, clears: &[&'static str]) -> Vec<Write> {
+    pub(crate) fn put_edge(domain: &Domain, child: &str, edge: &StoredEdge, clears: &[&'static str]) -> Vec<Write> {
         let d = Value::from(domain.as_str());
         let kind = kind_name(edge.kind);
         let cells = |mut upsert: Upsert| {
@@ -210,15 +210,15 @@ impl Graph {
         };
         let mut by_child = cells(Upsert::new(
             &DEPENDENCIES,
-            [d.clone(), Value::from(child.as_str()), Value::from(edge.priority), Value::from(kind), Value::from(edge.parent.as_str())],
+            [d.clone(), Value::from(child), Value::from(edge.priority), Value::from(kind), Value::from(edge.parent.as_str())],
         ));
         if let Some(updated) = edge.last_updated {
             by_child = by_child.set(col::LAST_UPDATED, Value::Timestamp(updated));
         }
-        let b = bucket(child.as_str());
+        let b = bucket(child);
         let parent_partition =
             [d.clone(), Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(b)];
-        let by_parent = cells(Upsert::new(&DEPENDENTS, parent_partition.into_iter().chain([Value::from(child.as_str())])));
+        let by_parent = cells(Upsert::new(&DEPENDENTS, parent_partition.into_iter().chain([Value::from(child)])));
         let directory = Upsert::new(
             &DEPENDENT_BUCKETS,
             [d, Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(b)],
@@ -229,27 +229,27 @@ impl Graph {
 
     /// The writes that remove `edge` of `child` from both directions (the
     /// directory keeps its row: an empty partition costs a read, not a wrong answer).
-    fn remove_edge(domain: &Domain, child: &Title, edge: &StoredEdge) -> Vec<Write> {
+    fn remove_edge(domain: &Domain, child: &str, edge: &StoredEdge) -> Vec<Write> {
         let d = Value::from(domain.as_str());
         let kind = kind_name(edge.kind);
         vec![
             Delete::row(
                 &DEPENDENCIES,
-                [d.clone(), Value::from(child.as_str())],
+                [d.clone(), Value::from(child)],
                 [Value::from(edge.priority), Value::from(kind), Value::from(edge.parent.as_str())],
             )
             .into(),
             Delete::row(
                 &DEPENDENTS,
-                [d, Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(bucket(child.as_str()))],
-                [Value::from(child.as_str())],
+                [d, Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(bucket(child))],
+                [Value::from(child)],
             )
             .into(),
         ]
     }
 
     /// Applies groups of writes (each group whole in one batch), a few groups per batch.
-    async fn apply_groups(&self, groups: Vec<Vec<Write>>) -> Result<(), GraphError> {
+    pub(crate) async fn apply_groups(&self, groups: Vec<Vec<Write>>) -> Result<(), GraphError> {
         let most = match self.store.kind() {
             EngineKind::Embedded => EMBEDDED_BATCH_WRITES,
             EngineKind::Cassandra => CASSANDRA_BATCH_WRITES,
@@ -296,7 +296,7 @@ impl Graph {
             match wanted.get(&key) {
                 None => {
                     outcome.removed += 1;
-                    removals.push(Self::remove_edge(domain, child, old));
+                    removals.push(Self::remove_edge(domain, child.as_str(), old));
                 }
                 Some(new) => {
                     seen.insert(key);
@@ -311,7 +311,7 @@ impl Graph {
                     let mut clears = Vec::new();
                     if new.priority != old.priority {
                         // A new row: nothing of the old one to clear.
-                        group.extend(Self::remove_edge(domain, child, old));
+                        group.extend(Self::remove_edge(domain, child.as_str(), old));
                     } else {
                         if old.parent_selector.is_some() && new.parent_selector.is_none() {
                             clears.push(col::PARENT_SELECTOR);
@@ -320,7 +320,7 @@ impl Graph {
                             clears.push(col::CHILD_SELECTOR);
                         }
                     }
-                    group.extend(Self::put_edge(domain, child, &replacement, &clears));
+                    group.extend(Self::put_edge(domain, child.as_str(), &replacement, &clears));
                     groups.push(group);
                 }
             }
@@ -328,7 +328,7 @@ impl Graph {
         for (key, new) in &wanted {
             if !seen.contains(key) {
                 outcome.added += 1;
-                groups.push(Self::put_edge(domain, child, &StoredEdge { created: Some(now_ms), ..new.clone() }, &[]));
+                groups.push(Self::put_edge(domain, child.as_str(), &StoredEdge { created: Some(now_ms), ..new.clone() }, &[]));
             }
         }
         // Additions first, removals last: a crash midway leaves an edge too
@@ -348,7 +348,7 @@ impl Graph {
         let mut groups = Vec::with_capacity(edges.len());
         for (child, edge) in edges {
             let stored = StoredEdge::checked(child, edge, titles, Some(now_ms))?;
-            groups.push(Self::put_edge(domain, child, &stored, &[]));
+            groups.push(Self::put_edge(domain, child.as_str(), &stored, &[]));
         }
         self.apply_groups(groups).await
     }

@@ -13,13 +13,15 @@
 //! - [`graph`]: the tables' use: replacing a dependency set by diff, listings
 //!   in both directions, changes and the pull check.
 //! - [`consistency`]: the check of the two directions against each other,
-//!   a bounded step at a time (the janitor's).
+//!   and their repair, a bounded step at a time.
+//! - [`janitor`]: the sweeps it offers the janitor (graph repair, audit).
 //! - [`error`]: what the graph's operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 
 pub mod consistency;
 pub mod error;
 pub mod graph;
+pub mod janitor;
 pub mod routes;
 
 use revstore_schema::Component;
@@ -74,7 +76,8 @@ impl ServiceDefinition for DependencyGraph {
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
         let graph = Graph::new(platform.store().clone(), args.graph_max_edges as usize);
+        let sweeps = janitor::sweeps(&graph);
         let state = routes::AppState { platform: platform.clone(), graph, titles, push_priority: args.graph_push_priority };
-        Ok(Service::new(platform, routes::routes(state)))
+        Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

@@ -23,10 +23,12 @@ pub mod debt;
 pub mod error;
 pub mod routes;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
+use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Sweep};
 use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
 use utoipa::OpenApi;
 
@@ -120,7 +122,11 @@ impl ServiceDefinition for OldStore {
         let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
         platform.spawn_worker(compactor::Compaction::new(archive.clone()));
         platform.spawn_worker(compactor::DebtSweep::new(archive.clone(), Duration::from_secs(args.debt_sweep_secs)));
+        // Its audit: every live row is entitled (blocks, their index, suppressions,
+        // and compaction debt markers until the compactor has paid them).
+        let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
+        let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
         let state = routes::AppState { platform: platform.clone(), archive, titles };
-        Ok(Service::new(platform, routes::routes(state)))
+        Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

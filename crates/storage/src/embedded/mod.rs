@@ -311,7 +311,9 @@ mod tests {
         let engine = EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open");
         engine.ensure_tables(&[&EDGES]).await.expect("tables");
         let writes: Vec<Write> = (0..20)
-            .map(|i| Upsert::new(&EDGES, [Value::from(format!("P{}", i % 5)), Value::from(format!("C{i}"))]).set("priority", i as i64).into())
+            .map(|i| {
+                Upsert::new(&EDGES, [Value::from(format!("P{}", i % 5)), Value::from(format!("C{i}"))]).set("priority", i as i64).into()
+            })
             .collect();
         engine.apply(writes).await.expect("write");
 

@@ -323,7 +323,8 @@ pub(crate) fn holdings(conn: &Connection, query: &ScanQuery, now: i64) -> StoreR
         }
         let n = pk.len() + 1;
         let (static_held, static_live): (i64, i64) = (r.get(n)?, r.get(n + 1)?);
-        let (rows_held, bytes_held, rows_live, bytes_live): (i64, i64, i64, i64) = (r.get(n + 2)?, r.get(n + 3)?, r.get(n + 4)?, r.get(n + 5)?);
+        let (rows_held, bytes_held, rows_live, bytes_live): (i64, i64, i64, i64) =
+            (r.get(n + 2)?, r.get(n + 3)?, r.get(n + 4)?, r.get(n + 5)?);
         found.partitions += 1;
         found.rows_held += rows_held as u64;
         found.bytes_held += (bytes_held + static_held) as u64;

@@ -1,0 +1,195 @@
+//! What an operator sets: which tasks, which services, how fast, how long.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use revstore_client::{ClientOptions, HttpClient, JanitorClient};
+
+/// A task of the janitor, in the order a run does them (the audit last, so
+/// that it measures what the others left).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// Superseded renders out of current-store's `current`, then a purge of
+    /// expired data on every service.
+    Retention,
+    /// Every revision current-store holds is in old-store; what is missing is sent again.
+    Archive,
+    /// The graph's two directions checked against each other and repaired.
+    Graph,
+    /// What each table holds against what readers are entitled to.
+    Audit,
+}
+
+impl Task {
+    pub const ALL: [Task; 4] = [Task::Retention, Task::Archive, Task::Graph, Task::Audit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Retention => "retention",
+            Task::Archive => "archive",
+            Task::Graph => "graph",
+            Task::Audit => "audit",
+        }
+    }
+
+    /// The services whose sweeps of this task's name it runs.
+    pub fn swept_by(self) -> &'static [ServiceName] {
+        match self {
+            Task::Retention | Task::Archive => &[ServiceName::CurrentStore],
+            Task::Graph => &[ServiceName::Graph],
+            Task::Audit => &ServiceName::ALL,
+        }
+    }
+}
+
+/// The services a run may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ServiceName {
+    CurrentStore,
+    OldStore,
+    Graph,
+}
+
+impl ServiceName {
+    pub const ALL: [ServiceName; 3] = [ServiceName::CurrentStore, ServiceName::OldStore, ServiceName::Graph];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceName::CurrentStore => "current-store",
+            ServiceName::OldStore => "old-store",
+            ServiceName::Graph => "dependency-graph",
+        }
+    }
+
+    fn url_setting(self) -> &'static str {
+        match self {
+            ServiceName::CurrentStore => "REVSTORE_CURRENT_STORE_URL",
+            ServiceName::OldStore => "REVSTORE_OLD_STORE_URL",
+            ServiceName::Graph => "REVSTORE_GRAPH_URL",
+        }
+    }
+}
+
+/// `revstore-janitor [--dry-run] [TASK]...`
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "revstore-janitor",
+    version,
+    about = "Retention, repair and the storage audit of a revstore deployment, run to completion"
+)]
+pub struct Settings {
+    /// Tasks to run, in this order whatever order they are named in (all when none is named).
+    #[arg(value_enum)]
+    pub tasks: Vec<Task>,
+
+    /// Report what would change, change nothing (dry runs keep their own checkpoints).
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// current-store's base URL (not set: its tasks are skipped, and the summary says so).
+    #[arg(long, env = "REVSTORE_CURRENT_STORE_URL")]
+    pub current_store_url: Option<String>,
+
+    /// old-store's base URL.
+    #[arg(long, env = "REVSTORE_OLD_STORE_URL")]
+    pub old_store_url: Option<String>,
+
+    /// dependency-graph's base URL.
+    #[arg(long, env = "REVSTORE_GRAPH_URL")]
+    pub graph_url: Option<String>,
+
+    /// File with the write token the janitor presents to the services.
+    #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
+    pub peer_token_file: Option<PathBuf>,
+
+    /// Partitions visited per second across all services (0: no limit). The
+    /// default keeps a run's load small beside the services' own.
+    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 2000)]
+    pub ops_per_sec: u32,
+
+    /// Partitions one step visits (1 to 10,000).
+    #[arg(long, env = "REVSTORE_JANITOR_STEP_PARTITIONS", default_value_t = 500)]
+    pub step_partitions: u32,
+
+    /// Seconds after which the run stops at the next step and exits 75 (the
+    /// next run resumes). Keep it below the CronJob's schedule interval.
+    #[arg(long, env = "REVSTORE_JANITOR_DEADLINE_SECS", default_value_t = 3300)]
+    pub deadline_secs: u64,
+
+    /// Seconds the lease lasts unless renewed (renewed every third of it):
+    /// how long a crashed run blocks the next one.
+    #[arg(long, env = "REVSTORE_JANITOR_LEASE_SECS", default_value_t = 300)]
+    pub lease_secs: u64,
+
+    /// Seconds one admin call may take (a purge of a large embedded store is the longest).
+    #[arg(long, env = "REVSTORE_JANITOR_CALL_TIMEOUT_SECS", default_value_t = 120)]
+    pub call_timeout_secs: u64,
+
+    /// A Prometheus Pushgateway's base URL: the run's metrics are pushed
+    /// there at the end (a CronJob's pod is gone before a scrape would come).
+    #[arg(long, env = "REVSTORE_JANITOR_METRICS_PUSH_URL")]
+    pub metrics_push_url: Option<String>,
+
+    /// A file to write the run's metrics to, in the text format (for a node
+    /// exporter's textfile collector on one machine).
+    #[arg(long, env = "REVSTORE_JANITOR_METRICS_FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// A service the run calls.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub service: ServiceName,
+    pub client: JanitorClient,
+}
+
+impl Settings {
+    /// The tasks to run, in run order, each once.
+    pub fn tasks(&self) -> Vec<Task> {
+        let mut tasks = if self.tasks.is_empty() { Task::ALL.to_vec() } else { self.tasks.clone() };
+        tasks.sort();
+        tasks.dedup();
+        tasks
+    }
+
+    /// The services with a URL set, as clients; and what is skipped, said for the summary.
+    pub fn targets(&self) -> Result<(Vec<Target>, Vec<String>), String> {
+        if !(1..=revstore_api::janitor::MAX_STEP_PARTITIONS).contains(&self.step_partitions) {
+            return Err(format!("--step-partitions must be within 1-{}", revstore_api::janitor::MAX_STEP_PARTITIONS));
+        }
+        if !(3..=revstore_api::janitor::MAX_LEASE_SECS).contains(&self.lease_secs) {
+            return Err(format!("--lease-secs must be within 3-{}", revstore_api::janitor::MAX_LEASE_SECS));
+        }
+        if self.deadline_secs == 0 || self.call_timeout_secs == 0 {
+            return Err("--deadline-secs and --call-timeout-secs must be positive".into());
+        }
+        let token = match &self.peer_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?.trim().to_owned(),
+            ),
+            None => None,
+        };
+        let options = ClientOptions { token, timeout: Duration::from_secs(self.call_timeout_secs), retries: 0, ..ClientOptions::default() };
+        let mut targets = Vec::new();
+        let mut skipped = Vec::new();
+        for (service, url) in [
+            (ServiceName::CurrentStore, &self.current_store_url),
+            (ServiceName::OldStore, &self.old_store_url),
+            (ServiceName::Graph, &self.graph_url),
+        ] {
+            match url {
+                Some(url) => {
+                    let http = HttpClient::new(url, options.clone()).map_err(|e| format!("{}: {e}", service.url_setting()))?;
+                    targets.push(Target { service, client: JanitorClient::new(http) });
+                }
+                None => skipped.push(format!("{}: {} is not set", service.name(), service.url_setting())),
+            }
+        }
+        if targets.is_empty() {
+            return Err("no service to sweep: set REVSTORE_CURRENT_STORE_URL, REVSTORE_OLD_STORE_URL or REVSTORE_GRAPH_URL".into());
+        }
+        Ok((targets, skipped))
+    }
+}

@@ -1,0 +1,299 @@
+//! The real `revstore-janitor` binary against the three real services, on
+//! the embedded engine with an injected clock (the quiet period of weeks is a
+//! clock advance): overstore measured, removed, and nothing a reader is owed
+//! lost; a killed run resumes; two runs never overlap; a graph divergence is
+//! repaired.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use revstore_current_store::CurrentStore;
+use revstore_dependency_graph::DependencyGraph;
+use revstore_keys::TidGenerator;
+use revstore_old_store::OldStore;
+use revstore_schema::tables::current_store::{BY_TID, CURRENT};
+use revstore_schema::tables::dependency_graph::DEPENDENTS;
+use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, Store, Upsert, Value};
+use revstore_test_service::{Service, start_with_store};
+use serde_json::{Value as Json, json};
+
+const TOKEN: &str = "janitor-test-token-0123456789";
+const DOMAIN: &str = "en.wikipedia.org";
+const GRACE_SECS: u64 = 60;
+
+struct System {
+    clock: ManualClock,
+    current_store: Store,
+    graph_store: Store,
+    current: Service,
+    old: Service,
+    graph: Service,
+    token_file: tempfile::NamedTempFile,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn open_store(dir: &Path, clock: &ManualClock) -> Store {
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
+    Store::new(Arc::new(EmbeddedEngine::open(dir, options).expect("open")))
+}
+
+/// The three services, each on its own embedded store on one injected clock.
+async fn system() -> System {
+    let clock = ManualClock::starting_now();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let stores: Vec<Store> = dirs.iter().map(|d| open_store(d.path(), &clock)).collect();
+    for store in &stores {
+        store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    }
+    let mut token_file = tempfile::NamedTempFile::new().expect("token file");
+    std::io::Write::write_all(&mut token_file, TOKEN.as_bytes()).expect("token");
+    let token_path = token_file.path().to_str().expect("utf-8").to_owned();
+    let old = start_with_store::<OldStore>(stores[1].clone(), TOKEN, &[]).await;
+    let graph = start_with_store::<DependencyGraph>(stores[2].clone(), TOKEN, &[]).await;
+    let grace = GRACE_SECS.to_string();
+    let (old_url, graph_url) = (old.url(""), graph.url(""));
+    let current = start_with_store::<CurrentStore>(
+        stores[0].clone(),
+        TOKEN,
+        &["--grace-ttl", &grace, "--old-store-url", &old_url, "--graph-url", &graph_url, "--peer-token-file", &token_path],
+    )
+    .await;
+    System { clock, current_store: stores[0].clone(), graph_store: stores[2].clone(), current, old, graph, token_file, _dirs: dirs }
+}
+
+impl System {
+    /// Runs the janitor binary to its end (on a blocking thread: the services
+    /// answer it from this test's runtime).
+    async fn janitor(&self, args: &[&str]) -> (i32, Json, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_revstore-janitor"));
+        command
+            .args(args)
+            .env("REVSTORE_CURRENT_STORE_URL", self.current.url(""))
+            .env("REVSTORE_OLD_STORE_URL", self.old.url(""))
+            .env("REVSTORE_GRAPH_URL", self.graph.url(""))
+            .env("REVSTORE_PEER_TOKEN_FILE", self.token_file.path())
+            .env("REVSTORE_JANITOR_OPS_PER_SEC", "0")
+            .env("RUST_LOG", "warn");
+        let output: Output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run the janitor");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let summary = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Json::Null);
+        (output.status.code().unwrap_or(-1), summary, stderr)
+    }
+
+    async fn put_render(&self, title: &str, rev: u64, tid: &str, html: &str) {
+        let body = json!({"html": html, "data-parsoid": {"ids": {}}, "section-offsets": {"mwAQ": {"html": [0, 10], "wt": [0, 5]}}});
+        let url = self.current.url(&format!("/{DOMAIN}/v1/page/{title}/{rev}/{tid}"));
+        let r = reqwest::Client::new().put(url).bearer_auth(TOKEN).json(&body).send().await.expect("put");
+        assert_eq!(r.status(), 201, "{title} {rev} {tid}: {}", r.text().await.unwrap_or_default());
+    }
+
+    async fn get_status(&self, path: &str) -> (u16, String) {
+        let r = reqwest::Client::new().get(self.current.url(path)).send().await.expect("get");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    }
+}
+
+/// A table's ratio in a summary (`null` there: bytes held, none entitled).
+fn overstore(summary: &Json, table: &str) -> f64 {
+    let audited = &summary["tasks"]["audit"]["tables"][table];
+    assert!(audited.is_object(), "no audit of {table}: {summary}");
+    audited["overstore_ratio"].as_f64().unwrap_or(f64::INFINITY)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed() {
+    let s = system().await;
+    // A flurry: 20 titles, two revisions each rendered twice, minutes ago
+    // (a generator per title: one generator's tids only ever go up, and
+    // renders of one title need their own times).
+    let now = SystemTime::now();
+    let mut latest = Vec::new();
+    for t in 0..20 {
+        let generator = TidGenerator::new();
+        let title = format!("Flurry_{t}");
+        let mut tid = String::new();
+        for (i, (rev, ago)) in [(100, 600), (100, 500), (101, 400), (101, 300)].into_iter().enumerate() {
+            tid = generator.next_at(now - Duration::from_secs(ago)).to_string();
+            s.put_render(&title, rev, &tid, &format!("<p>{title} render {i}</p>")).await;
+        }
+        latest.push((title, tid));
+    }
+    // Two writers raced on five titles: each left a row of revision 100 in
+    // `current` behind the range delete (as a write racing the new revision's
+    // would). Copied from the revision's last render, written after the delete.
+    for (title, _) in latest.iter().take(5) {
+        let key = [Value::from(DOMAIN), Value::from(title.as_str())];
+        let renders = s
+            .current_store
+            .read(&revstore_storage::ReadQuery::new(&revstore_schema::tables::current_store::RENDERS, key.clone()))
+            .await
+            .expect("renders");
+        let tid =
+            renders.rows.iter().filter(|r| r.bigint("rev") == Some(100)).filter_map(|r| r.timeuuid("tid")).max().expect("a render of 100");
+        let row = s
+            .current_store
+            .get(&BY_TID, vec![key[0].clone(), key[1].clone(), Value::from(100i64), Value::TimeUuid(tid)], None)
+            .await
+            .expect("by_tid")
+            .expect("render of 100");
+        let mut leftover = Upsert::new(&CURRENT, [key[0].clone(), key[1].clone(), Value::from(100i64)]).set("tid", Value::TimeUuid(tid));
+        for part in ["html", "data_parsoid", "section_offsets"] {
+            leftover = leftover.set(part, row.blob(part).expect("part").to_vec());
+        }
+        // The racing write came after the range delete (timestamped by the
+        // wall clock, which the store's injected clock does not follow).
+        let after_the_delete = SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as i64;
+        s.current_store.write(leftover.timestamp(after_the_delete)).await.expect("leftover");
+    }
+
+    for (title, _) in &latest {
+        let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
+        assert!(status == 200 && html.contains("render 3"), "before the janitor, {title}: {status} {html}");
+    }
+
+    // A quiet period far past the grace TTL.
+    s.clock.advance_secs(7 * 86_400);
+
+    // Without the janitor, the audit finds the overstore: expired grace rows
+    // still on disk, and the leftover rows in `current`.
+    let (code, before, stderr) = s.janitor(&["audit"]).await;
+    assert_eq!(code, 0, "{stderr}\n{before}");
+    assert!(overstore(&before, "current-store/current") > 1.2, "{before}");
+    assert!(overstore(&before, "current-store/by_tid") > 2.0, "{before}");
+    assert!(before["tasks"]["audit"]["overstore_ratio"].as_f64().expect("ratio") > 1.5, "{before}");
+
+    // A dry run changes nothing.
+    let (code, dry, stderr) = s.janitor(&["--dry-run", "retention"]).await;
+    assert_eq!(code, 0, "{stderr}\n{dry}");
+    assert_eq!(dry["tasks"]["retention"]["services"]["current-store"]["rows"], 5, "{dry}");
+    let (_, still, _) = s.janitor(&["audit"]).await;
+    assert_eq!(overstore(&still, "current-store/current"), overstore(&before, "current-store/current"), "{still}");
+
+    // One run: the leftovers leave `current` for the grace tables, the purge
+    // drops what expired, and the audit finds the ideal.
+    let (code, run, stderr) = s.janitor(&[]).await;
+    assert_eq!(code, 0, "{stderr}\n{run}");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["tasks"]["retention"]["services"]["current-store"]["rows"], 5, "{run}");
+    assert!(run["tasks"]["retention"]["purged"]["current-store"]["rows"].as_u64().expect("purged") > 100, "{run}");
+    for table in ["current", "by_tid", "by_rev", "renders"] {
+        let ratio = overstore(&run, &format!("current-store/{table}"));
+        assert!(ratio <= 1.05, "{table}: {ratio}: {run}");
+    }
+    let total = run["tasks"]["audit"]["overstore_ratio"].as_f64().expect("ratio");
+    assert!(total <= 1.05, "{run}");
+
+    // Every latest render is still served; a render moved out of `current`
+    // starts its grace period now and is fetchable by its tid.
+    for (title, tid) in &latest {
+        let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
+        assert_eq!(status, 200, "{title}");
+        assert!(html.contains("render 3"), "{title}: {html}");
+        assert_eq!(s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}/101/{tid}")).await.0, 200);
+    }
+    let (status, held) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{}/100", latest[0].0)).await;
+    assert_eq!(status, 200, "the render moved out of current is inside its new grace period: {held}");
+
+    // A second run finds nothing more to do.
+    let (code, again, _) = s.janitor(&["retention"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(again["tasks"]["retention"]["services"]["current-store"]["rows"], 0, "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graph_divergence_is_found_and_repaired() {
+    let s = system().await;
+    let http = reqwest::Client::new();
+    for page in ["Page_A", "Page_B", "Page_C"] {
+        let edges = json!({"edges": [{"parent": "Template:Cite", "type": "modification", "priority": 10}, {"parent": "Template:Box", "type": "modification", "priority": 900}]});
+        let r = http.put(s.graph.url(&format!("/{DOMAIN}/v1/deps/{page}"))).bearer_auth(TOKEN).json(&edges).send().await.expect("put");
+        assert_eq!(r.status(), 200);
+    }
+    // A dependents row lost, and an orphan one no page lists.
+    let bucket = |child: &str| revstore_dependency_graph::graph::bucket(child);
+    let row_key = |parent: &str, priority: i64, child: &str| {
+        (
+            vec![Value::from(DOMAIN), Value::from(parent), Value::from("modification"), Value::from(priority), Value::from(bucket(child))],
+            child.to_owned(),
+        )
+    };
+    let (lost, child) = row_key("Template:Cite", 10, "Page_B");
+    s.graph_store.write(Delete::row(&DEPENDENTS, lost, [Value::from(child)])).await.expect("lose a row");
+    let (orphan, child) = row_key("Template:Box", 900, "Page_Gone");
+    s.graph_store
+        .write(Upsert::new(&DEPENDENTS, orphan.into_iter().chain([Value::from(child)])).set("created", Value::Timestamp(0)))
+        .await
+        .expect("orphan");
+    let dependents = |parent: &str| {
+        let http = http.clone();
+        let url = s.graph.url(&format!("/{DOMAIN}/v1/dependents/{parent}?type=modification"));
+        async move {
+            let list: Json = http.get(url).send().await.expect("get").json().await.expect("json");
+            let mut children: Vec<String> =
+                list["items"].as_array().expect("items").iter().map(|i| i["child"].as_str().expect("child").to_owned()).collect();
+            children.sort();
+            children
+        }
+    };
+    assert_eq!(dependents("Template:Cite").await, ["Page_A", "Page_C"]);
+
+    let (code, run, stderr) = s.janitor(&["graph"]).await;
+    assert_eq!(code, 0, "{stderr}\n{run}");
+    assert_eq!(run["tasks"]["graph"]["services"]["dependency-graph"]["rows"], 2, "{run}");
+    assert_eq!(dependents("Template:Cite").await, ["Page_A", "Page_B", "Page_C"]);
+    assert_eq!(dependents("Template:Box").await, ["Page_A", "Page_B", "Page_C"]);
+    let (_, again, _) = s.janitor(&["graph"]).await;
+    assert_eq!(again["tasks"]["graph"]["services"]["dependency-graph"]["rows"], 0, "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap() {
+    let s = system().await;
+    // 400 titles: a slow run (20 partitions a step, 100 a second) takes seconds.
+    let generator = TidGenerator::new();
+    let now = SystemTime::now();
+    for t in 0..400 {
+        s.put_render(&format!("Page_{t}"), 1, &generator.next_at(now - Duration::from_secs(60)).to_string(), "<p>x</p>").await;
+    }
+    let slow = |extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_revstore-janitor"));
+        command
+            .args(["retention", "--step-partitions", "20", "--lease-secs", "30"])
+            .args(extra)
+            .env("REVSTORE_CURRENT_STORE_URL", s.current.url(""))
+            .env("REVSTORE_PEER_TOKEN_FILE", s.token_file.path())
+            .env("REVSTORE_JANITOR_OPS_PER_SEC", "100")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    let mut first = slow(&[]).spawn().expect("start the first run");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // A second run while the first holds the lease: exits 75 at once.
+    let second = tokio::task::spawn_blocking({
+        let mut command = slow(&[]);
+        move || command.output()
+    });
+    let second = second.await.expect("join").expect("second run");
+    assert_eq!(second.status.code(), Some(75), "{}", String::from_utf8_lossy(&second.stderr));
+    let said: Json = serde_json::from_str(String::from_utf8_lossy(&second.stdout).lines().last().expect("summary")).expect("json");
+    assert!(said["stopped"].as_str().expect("stopped").contains("another janitor run"), "{said}");
+
+    // Kill -9 the first midway: its checkpoint stays with current-store.
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    // Its lease lapses (30 s on the store's clock).
+    s.clock.advance_secs(31);
+
+    let (code, resumed, stderr) = s.janitor(&["retention"]).await;
+    assert_eq!(code, 0, "{stderr}\n{resumed}");
+    let swept = &resumed["tasks"]["retention"]["services"]["current-store"];
+    assert_eq!(swept["resumed"], true, "{resumed}");
+    let partitions = swept["partitions"].as_u64().expect("partitions");
+    assert!(partitions < 400 && partitions > 0, "the second run started over: {resumed}");
+}
