@@ -119,3 +119,19 @@ mod tests {
         assert_eq!(serde_json::from_value::<Bundle>(json).unwrap(), bundle);
     }
 }
+
+/// One archived render in old-store's listing of a title's revisions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArchivedRevision {
+    pub rev: u64,
+    pub tid: String,
+    pub rendered_at: String,
+}
+
+/// A page of old-store's listing of a title's revisions, in revision order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RevisionList {
+    pub items: Vec<ArchivedRevision>,
+    /// Pass back as `cursor` for the next page; `null` at the end.
+    pub next: Option<String>,
+}

@@ -54,6 +54,12 @@ pub fn archive_read(domain: &str, selection: Selection, title: &str, rev: u64, t
     path
 }
 
+/// old-store: a title's archived revisions, in revision order (`GET`; query
+/// `from`, `limit`, `cursor`).
+pub fn archive_revisions(domain: &str, title: &str) -> String {
+    format!("/{domain}/v1/archive/revisions/{}", path_segment(title))
+}
+
 /// current-store: one render's part (`GET`; the `Location` of a write).
 pub fn page_render(domain: &str, selection: Selection, title: &str, rev: u64, tid: &str) -> String {
     format!("/{domain}/v1/page/{}/{}/{rev}/{tid}", selection.name(), path_segment(title))

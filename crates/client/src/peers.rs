@@ -6,7 +6,7 @@
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use revstore_api::janitor::{self, Lease, LeaseRequest, PurgeReport, StepReport, StepRequest};
-use revstore_api::{ArchiveBody, Selection, paths};
+use revstore_api::{ArchiveBody, RevisionList, Selection, paths};
 
 use crate::{Answer, ClientError, HttpClient};
 
@@ -31,9 +31,10 @@ pub struct OldStoreClient {
 
 impl OldStoreClient {
     /// The routes this client calls, as old-store documents them.
-    pub const ROUTES: [(Method, &'static str); 4] = [
+    pub const ROUTES: [(Method, &'static str); 5] = [
         (Method::PUT, "/{domain}/v1/archive/{title}/{rev}/{tid}"),
         (Method::POST, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::GET, "/{domain}/v1/archive/revisions/{title}"),
         (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}"),
         (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}/{tid}"),
     ];
@@ -63,6 +64,23 @@ impl OldStoreClient {
     pub async fn suppress(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
         self.http.send(Method::POST, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
         Ok(())
+    }
+
+    /// A page of the title's archived revisions from revision `from` on, in
+    /// revision order.
+    pub async fn revisions(
+        &self,
+        domain: &str,
+        title: &str,
+        from: u64,
+        limit: u32,
+        cursor: Option<&str>,
+    ) -> Result<RevisionList, ClientError> {
+        let mut path = format!("{}?from={from}&limit={limit}", paths::archive_revisions(domain, title));
+        if let Some(cursor) = cursor {
+            path.push_str(&format!("&cursor={}", paths::path_segment(cursor)));
+        }
+        self.http.get_json(&path).await
     }
 
     /// Reads a revision's first render (or the render `tid`): the answer with

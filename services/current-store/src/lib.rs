@@ -12,7 +12,7 @@
 //! - [`error`]: what the page operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 //! - [`outbox`]: delivery of hand-offs to old-store and notices to the graph.
-//! - [`janitor`]: the sweeps it offers the janitor (retention, audit).
+//! - [`janitor`]: the sweeps it offers the janitor (retention, archive, audit).
 
 pub mod error;
 pub mod janitor;
@@ -115,7 +115,7 @@ impl ServiceDefinition for CurrentStore {
         } else {
             tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
         }
-        let sweeps = janitor::sweeps(&pages);
+        let sweeps = janitor::sweeps(&pages, old_store.clone());
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }

@@ -297,3 +297,58 @@ async fn a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap() {
     let partitions = swept["partitions"].as_u64().expect("partitions");
     assert!(partitions < 400 && partitions > 0, "the second run started over: {resumed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_hand_off_is_found_and_sent_again() {
+    let s = system().await;
+    // Renders written with their hand-off, as a client writes them.
+    let generator = TidGenerator::new();
+    let ten_minutes_ago = SystemTime::now() - Duration::from_secs(600);
+    for t in 0..3 {
+        s.put_render(&format!("Handed_{t}"), 7, &generator.next_at(ten_minutes_ago).to_string(), "<p>handed</p>").await;
+    }
+    // Renders whose outbox rows were lost (written without them, as a restore
+    // of current-store's tables without its outbox would leave them).
+    let pages = revstore_current_store::pages::Pages {
+        store: s.current_store.clone(),
+        grace: Duration::from_secs(GRACE_SECS),
+        hand_off: false,
+        notify_graph: false,
+    };
+    let domain = revstore_keys::Domain::parse(DOMAIN).expect("domain");
+    let body = revstore_api::RenderBody { html: "<p>lost</p>".into(), data_parsoid: json!({}), section_offsets: json!({}) };
+    for t in 0..4 {
+        let title = revstore_keys::Title::parse(&format!("Lost_{t}"), revstore_keys::TitleRules::default()).expect("title");
+        let id = revstore_current_store::render::RenderId {
+            rev: revstore_keys::RevId::new(9).expect("rev"),
+            tid: generator.next_at(ten_minutes_ago),
+        };
+        pages.put(&domain, &title, id, &body, &Default::default()).await.expect("put");
+    }
+    let archived = |title: String| {
+        let url = s.old.url(&format!("/{DOMAIN}/v1/archive/html/{title}/9"));
+        async move { reqwest::get(url).await.expect("get").status().as_u16() }
+    };
+    // The handed ones arrive through the outbox; the lost ones never do.
+    for _ in 0..100 {
+        if reqwest::get(s.old.url(&format!("/{DOMAIN}/v1/archive/html/Handed_2/7"))).await.expect("get").status() == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(archived("Lost_0".into()).await, 404);
+
+    let (code, dry, stderr) = s.janitor(&["--dry-run", "archive"]).await;
+    assert_eq!(code, 0, "{stderr}\n{dry}");
+    assert_eq!(dry["tasks"]["archive"]["services"]["current-store"]["rows"], 4, "{dry}");
+    assert_eq!(archived("Lost_0".into()).await, 404, "a dry run sent something");
+
+    let (code, run, stderr) = s.janitor(&["archive"]).await;
+    assert_eq!(code, 0, "{stderr}\n{run}");
+    assert_eq!(run["tasks"]["archive"]["services"]["current-store"]["rows"], 4, "{run}");
+    for t in 0..4 {
+        assert_eq!(archived(format!("Lost_{t}")).await, 200, "Lost_{t}");
+    }
+    let (_, again, _) = s.janitor(&["archive"]).await;
+    assert_eq!(again["tasks"]["archive"]["services"]["current-store"]["rows"], 0, "{again}");
+}

@@ -642,16 +642,17 @@ impl Archive {
         &self,
         domain: &Domain,
         title: &Title,
+        from: Option<u64>,
         limit: u32,
         cursor: Option<String>,
     ) -> Result<(Vec<Located>, Option<String>), ArchiveError> {
-        let page = self
-            .inner
-            .store
-            .read(
-                &ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(limit).page_token(cursor).columns([col::BLOCK, col::SLOT]),
-            )
-            .await?;
+        let mut query =
+            ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(limit).page_token(cursor).columns([col::BLOCK, col::SLOT]);
+        if let Some(from) = from {
+            let from = i64::try_from(from).map_err(|_| revstore_storage::StoreError::invalid(format!("from {from} is not a revision")))?;
+            query = query.slice(Slice::all().lower(Bound::Included(Value::from(from))));
+        }
+        let page = self.inner.store.read(&query).await?;
         Ok((page.rows.iter().filter_map(located).collect(), page.next))
     }
 

@@ -20,7 +20,7 @@ use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
 use crate::archive::{Archive, ArchiveOutcome, Located};
-use revstore_api::{Selection, render_etag};
+use revstore_api::{ArchivedRevision, RevisionList, Selection, render_etag};
 
 use crate::body::{ArchiveBody, Part, StoredParts, block_entry, bundle};
 use crate::debt::SweepReport;
@@ -194,30 +194,18 @@ async fn read(
     Ok((StatusCode::OK, headers, body).into_response())
 }
 
-/// One archived render in a listing.
-#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct ArchivedRevision {
-    pub rev: u64,
-    pub tid: String,
-    pub rendered_at: String,
-}
-
-#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct RevisionList {
-    pub items: Vec<ArchivedRevision>,
-    pub next: Option<String>,
-}
-
 #[derive(Debug, serde::Deserialize)]
 struct ListParams {
     limit: Option<u32>,
     cursor: Option<String>,
+    from: Option<u64>,
 }
 
 /// The archived renders of a title, in revision order, paged with cursors.
 #[utoipa::path(get, path = "/{domain}/v1/archive/revisions/{title}",
     params(("domain" = String, Path), ("title" = String, Path),
-        ("limit" = Option<u32>, Query, description = "1-1000, default 100"), ("cursor" = Option<String>, Query)),
+        ("limit" = Option<u32>, Query, description = "1-1000, default 100"), ("cursor" = Option<String>, Query),
+        ("from" = Option<u64>, Query, description = "start at this revision (a cursor continues the same listing)")),
     responses((status = 200, body = RevisionList), (status = 400, body = Problem)))]
 async fn list_revisions(
     State(state): State<AppState>,
@@ -231,7 +219,7 @@ async fn list_revisions(
         return Err(ApiError::bad_request(format!("limit {limit} is not within 1-{MAX_LIST_LIMIT}")));
     }
     let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
-    let (rows, next) = state.archive.list(&domain, &title, limit, params.cursor).await?;
+    let (rows, next) = state.archive.list(&domain, &title, params.from, limit, params.cursor).await?;
     let items = rows
         .into_iter()
         .filter(|l| !hidden.contains(&l.rev))

@@ -97,6 +97,13 @@ async fn a_whole_history_lists_streams_and_reads_back_identical(engine: Engine) 
         }
     }
     assert_eq!(listed, (100..100 + html.len() as u64).collect::<Vec<_>>());
+    // From a revision on (the janitor's hand-off check), paged the same way.
+    let from: Value = get(&s, "revisions/Anarchism?from=150&limit=3").await.json().await.expect("json");
+    let revs: Vec<u64> = from["items"].as_array().expect("items").iter().map(|i| i["rev"].as_u64().expect("rev")).collect();
+    assert_eq!(revs, [150, 151, 152]);
+    let next = from["next"].as_str().expect("more follow");
+    let after: Value = get(&s, &format!("revisions/Anarchism?from=150&limit=3&cursor={next}")).await.json().await.expect("json");
+    assert_eq!(after["items"][0]["rev"], 153);
 
     // Reads in random order, across blocks in every state.
     use rand::seq::SliceRandom;
@@ -171,6 +178,8 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
     assert_eq!(listed["items"], json!([]), "nothing was written");
     problem(get(&s, "revisions/T?limit=0").await, 400).await;
     problem(get(&s, "revisions/T?cursor=forged").await, 400).await;
+    problem(get(&s, "revisions/T?from=-1").await, 400).await;
+    problem(get(&s, "revisions/T?from=9223372036854775808").await, 400).await;
     problem(get(&s, "html/T/notanumber").await, 400).await;
 }
 
