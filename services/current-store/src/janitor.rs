@@ -82,8 +82,10 @@ impl Sweep for Retention {
         let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose()?;
         let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        for partition in &scanned.partitions {
-            let rows = store.read(&ReadQuery::new(&CURRENT, partition.key.clone()).limit(ROWS_PER_TITLE)).await?.rows;
+        // Every title of the step in one multi-partition read.
+        let reads = scanned.partitions.iter().map(|p| ReadQuery::new(&CURRENT, p.key.clone()).limit(ROWS_PER_TITLE)).collect();
+        let titles = store.read_many(reads).await?;
+        for (partition, rows) in scanned.partitions.iter().zip(&titles) {
             let leftovers = rows.get(1..).unwrap_or_default();
             if leftovers.is_empty() {
                 continue;

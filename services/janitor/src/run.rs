@@ -145,6 +145,7 @@ impl Janitor {
         let mut pace = Pace { since: Instant::now(), visited: 0, per_sec: self.settings.ops_per_sec };
         let mut worst = Status::Skipped;
         for task in self.settings.tasks() {
+            let task_started = Instant::now();
             let mut result = TaskSummary { status: Status::Skipped, ..TaskSummary::default() };
             let mut stopped = None;
             for target in self.targets.iter().filter(|t| task.swept_by().contains(&t.service)) {
@@ -168,6 +169,7 @@ impl Janitor {
                 result.total_audit();
             }
             worst = worst.worst(result.status);
+            result.seconds = task_started.elapsed().as_secs_f64();
             summary.tasks.insert(task.name(), result);
             if let Some(why) = stopped {
                 tracing::warn!(run = %self.run_id, reason = %why.reason(), "run stopped early; the next run resumes");

@@ -69,6 +69,8 @@ pub struct AuditedTable {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TaskSummary {
     pub status: Status,
+    /// How long the task took (its purge included).
+    pub seconds: f64,
     /// By service name.
     pub services: BTreeMap<&'static str, Swept>,
     /// Retention: what each service's purge removed.
