@@ -149,6 +149,8 @@ macro_rules! conformance_suite {
             partition_and_row_deletes,
             ttl_expiry,
             conditional_insert_has_exactly_one_winner,
+            a_conditional_insert_with_a_ttl_lapses,
+            a_conditional_delete_removes_the_condition_row_only_when_it_holds,
             compare_and_set_loses_no_update,
             batches_are_all_or_nothing,
             scans_visit_every_partition_exactly_once,
@@ -516,6 +518,50 @@ pub async fn ttl_expiry(s: &Subject) {
 
     s.advance(Duration::from_millis(3500)).await;
     assert_eq!(cs(read_all(&s.store, ReadQuery::new(&EXPIRING, [text("k")])).await), vec![3]);
+}
+
+/// A lease: taken by a conditional insert with a TTL, refused while it
+/// lives, free again once it has expired.
+pub async fn a_conditional_insert_with_a_ttl_lapses(s: &Subject) {
+    let lease = |owner: &str| Cas::insert_if_not_exists(Upsert::new(&KV, [text("lease")]).set("v", owner.to_owned()).ttl(2));
+    assert!(s.store.cas(lease("first")).await.expect("cas").applied);
+    let refused = s.store.cas(lease("second")).await.expect("cas");
+    assert!(!refused.applied);
+    assert_eq!(refused.current.as_ref().and_then(|r| r.text("v")), Some("first"));
+    s.advance(Duration::from_secs(3)).await;
+    assert!(s.store.cas(lease("second")).await.expect("cas").applied, "the lease did not lapse");
+    assert_eq!(kv_value(&s.store, "lease").await.as_deref(), Some("second"));
+}
+
+/// Giving a lease back: the row deleted only by its holder, and gone whole.
+pub async fn a_conditional_delete_removes_the_condition_row_only_when_it_holds(s: &Subject) {
+    let release = |owner: &str| Cas {
+        table: &KV,
+        partition: vec![text("held")],
+        clustering: Some(Vec::new()),
+        condition: Condition::Equals(vec![("v", text(owner))]),
+        writes: vec![Delete::partition(&KV, [text("held")]).into()],
+    };
+    s.store.write(Upsert::new(&KV, [text("held")]).set("v", "holder").set("n", 7i64)).await.expect("write");
+    let refused = s.store.cas(release("someone else")).await.expect("cas");
+    assert!(!refused.applied);
+    assert_eq!(kv_value(&s.store, "held").await.as_deref(), Some("holder"));
+    assert!(s.store.cas(release("holder")).await.expect("cas").applied);
+    assert_eq!(s.store.get(&KV, vec![text("held")], None).await.expect("get"), None, "a cell of the released row is left");
+
+    // The same for a row of a partition with clustering columns.
+    s.store.write(Upsert::new(&COUNTERS, [text("rows"), int(1)]).set("owner", "holder")).await.expect("write");
+    s.store.write(Upsert::new(&COUNTERS, [text("rows"), int(2)]).set("owner", "other")).await.expect("write");
+    let release_row = Cas {
+        table: &COUNTERS,
+        partition: vec![text("rows")],
+        clustering: Some(vec![int(1)]),
+        condition: Condition::Equals(vec![("owner", text("holder"))]),
+        writes: vec![Delete::row(&COUNTERS, [text("rows")], [int(1)]).into()],
+    };
+    assert!(s.store.cas(release_row).await.expect("cas").applied);
+    let left = s.store.read(&ReadQuery::new(&COUNTERS, [text("rows")])).await.expect("read").rows;
+    assert_eq!(left.iter().map(|r| r.text("owner")).collect::<Vec<_>>(), [Some("other")]);
 }
 
 pub async fn conditional_insert_has_exactly_one_winner(s: &Subject) {

@@ -62,7 +62,10 @@ fn equalities(cols: &[&Column], vals: &[Value], values: &mut Vec<Option<CqlValue
         .collect()
 }
 
-/// `INSERT INTO t (...) VALUES (...) [USING TTL ? [AND] TIMESTAMP ?] [IF NOT EXISTS]`.
+/// `INSERT INTO t (...) VALUES (...) [IF NOT EXISTS] [USING TTL ? [AND] TIMESTAMP ?]`:
+/// CQL wants the condition before the parameters (the other order is a
+/// syntax error, which a conditional insert with a TTL, the janitor's lease,
+/// found).
 pub(crate) fn insert(keyspace: &str, u: &Upsert, if_not_exists: bool) -> Statement {
     let mut names: Vec<String> = key_columns(u.table).iter().take(u.key.len()).map(|c| q(c.name)).collect();
     let mut values: Vec<Option<CqlValue>> = u.key.iter().map(to_cql).collect();
@@ -85,12 +88,7 @@ pub(crate) fn insert(keyspace: &str, u: &Upsert, if_not_exists: bool) -> Stateme
         values.push(Some(CqlValue::BigInt(ts)));
     }
     if !using.is_empty() {
-        // `IF NOT EXISTS` comes after `USING` in CQL.
-        let using = format!(" USING {}", using.join(" AND "));
-        match cql.find(" IF NOT EXISTS") {
-            Some(at) => cql.insert_str(at, &using),
-            None => cql.push_str(&using),
-        }
+        cql.push_str(&format!(" USING {}", using.join(" AND ")));
     }
     Statement { cql, values }
 }
@@ -275,6 +273,23 @@ pub(crate) fn conditional_update(keyspace: &str, u: &Upsert, expected: &[(&'stat
     let conditions = if_clause(expected, &mut values);
     cql.push_str(&format!(" SET {} WHERE {} IF {conditions}", sets.join(", "), terms.join(" AND ")));
     Statement { cql, values }
+}
+
+/// `DELETE FROM t WHERE <its key> IF col = ? AND ...`: the delete of the
+/// condition row itself, carrying the batch's condition (a carrier `UPDATE`
+/// beside it would write the condition column back with the same Paxos
+/// timestamp, and Cassandra keeps that cell). Conditional writes take the
+/// server's timestamp, so the delete's own is not used.
+pub(crate) fn conditional_delete(keyspace: &str, d: &Delete, expected: &[(&'static str, Value)]) -> Statement {
+    let t = d.table;
+    let mut values = Vec::new();
+    let pk: Vec<&Column> = t.partition_key().collect();
+    let mut terms = equalities(&pk, &d.partition, &mut values);
+    if let DeleteTarget::Row(ck) = &d.target {
+        terms.extend(equalities(&t.clustering().map(|(c, _)| c).collect::<Vec<_>>(), ck, &mut values));
+    }
+    let conditions = if_clause(expected, &mut values);
+    Statement { cql: format!("DELETE FROM {} WHERE {} IF {conditions}", table_name(keyspace, t), terms.join(" AND ")), values }
 }
 
 /// A conditional `UPDATE` that carries `IF col = ? AND ...` for a batch none of

@@ -37,7 +37,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -376,7 +376,23 @@ impl Engine for CassandraEngine {
                 // one: a separate carrier writing the same cell with the same (Paxos)
                 // timestamp would conflict with it.
                 let carrier = c.writes.iter().position(|w| matches!(w, Write::Upsert(u) if u.key == condition_key && !u.cells.is_empty()));
+                // Or the delete of the condition row, which carries it as `DELETE ... IF`.
+                let deletes_condition_row = |w: &Write| match w {
+                    Write::Delete(d) => match &d.target {
+                        DeleteTarget::Row(ck) => d.partition.iter().chain(ck).eq(condition_key.iter()),
+                        DeleteTarget::Partition => c.table.clustering().next().is_none() && d.partition == condition_key,
+                        DeleteTarget::Range(_) => false,
+                    },
+                    Write::Upsert(_) => false,
+                };
+                let deleting = if carrier.is_none() { c.writes.iter().position(deletes_condition_row) } else { None };
+                if let Some(i) = deleting {
+                    let Write::Delete(d) = &c.writes[i] else { unreachable!("position matched a delete") };
+                    statements.push(cql::conditional_delete(&self.keyspace, d, expected));
+                    statements.extend(c.writes.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, w)| self.statement_for(w)));
+                }
                 match carrier {
+                    _ if deleting.is_some() => {}
                     Some(i) => {
                         let Write::Upsert(u) = &c.writes[i] else { unreachable!("position matched an upsert") };
                         statements.push(cql::conditional_update(&self.keyspace, u, expected));
