@@ -353,7 +353,8 @@ impl ScannedPartition {
 }
 
 /// A place in a token-ordered scan: after the partition with this token and
-/// key. Plain (not sealed), so a job can checkpoint it and resume after any
+/// key; with no key, after every partition of the token (where a step that
+/// covers a slice of the ring ended). Plain (not sealed), so a job can checkpoint it and resume after any
 /// restart or page-token key rotation; [`Store::scan`](crate::Store::scan)
 /// seals it for clients.
 #[derive(Debug, Clone, PartialEq)]

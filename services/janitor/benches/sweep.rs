@@ -44,16 +44,15 @@ fn percentile(samples: &mut [f64], p: f64) -> f64 {
     samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]
 }
 
-/// Runs the janitor binary to its end; its summary.
-fn janitor(base: &str, token_file: &std::path::Path, args: &[&str], ops_per_sec: &str) -> Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_revstore-janitor"))
-        .args(args)
-        .env("REVSTORE_CURRENT_STORE_URL", base)
-        .env("REVSTORE_PEER_TOKEN_FILE", token_file)
-        .env("REVSTORE_JANITOR_OPS_PER_SEC", ops_per_sec)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+/// Runs the janitor binary to its end; its summary. `ops_per_sec` `None`: its default rate.
+fn janitor(base: &str, token_file: &std::path::Path, args: &[&str], ops_per_sec: Option<&str>) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_revstore-janitor"));
+    command.args(args).env("REVSTORE_CURRENT_STORE_URL", base).env("REVSTORE_PEER_TOKEN_FILE", token_file).env("RUST_LOG", "warn");
+    command.env_remove("REVSTORE_JANITOR_OPS_PER_SEC");
+    if let Some(rate) = ops_per_sec {
+        command.env("REVSTORE_JANITOR_OPS_PER_SEC", rate);
+    }
+    let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap_or(Value::Null);
     assert!(output.status.success(), "janitor {args:?}: {}\n{summary}", String::from_utf8_lossy(&output.stderr));
@@ -153,14 +152,14 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(GRACE_SECS + 1)).await;
 
     // 3. The janitor, limit lifted (on a blocking thread: the service answers from this runtime).
-    let run = |args: &'static [&'static str], rate: &'static str| {
+    let run = |args: &'static [&'static str], rate: Option<&'static str>| {
         let (base, token_file) = (base.clone(), token_file.clone());
         async move { tokio::task::spawn_blocking(move || janitor(&base, &token_file, args, rate)).await.unwrap() }
     };
-    let before = run(&["audit"], "0").await;
-    let sweep_only = run(&["--dry-run", "retention"], "0").await;
-    let retention = run(&["retention"], "0").await;
-    let after = run(&["audit"], "0").await;
+    let before = run(&["audit"], Some("0")).await;
+    let sweep_only = run(&["--dry-run", "retention"], Some("0")).await;
+    let retention = run(&["retention"], Some("0")).await;
+    let after = run(&["audit"], Some("0")).await;
     println!("| measurement | partitions | seconds | partitions/s | overstore ratio |\n|---|---|---|---|---|");
     let row = |what: &str, summary: &Value, task: &str| {
         let t = &summary["tasks"][task];
@@ -187,7 +186,7 @@ async fn main() {
         tokio::task::spawn_blocking(move || {
             let mut runs = 0;
             while running.load(Ordering::Relaxed) {
-                janitor(&base, &token_file, &["retention", "audit"], "2000");
+                janitor(&base, &token_file, &["retention", "audit"], None);
                 runs += 1;
             }
             runs

@@ -106,11 +106,11 @@ pub struct Settings {
 
     /// Partitions visited per second across all services (0: no limit). The
     /// default keeps a run's load small beside the services' own.
-    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 2000)]
+    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 1000)]
     pub ops_per_sec: u32,
 
     /// Partitions one step visits (1 to 10,000).
-    #[arg(long, env = "REVSTORE_JANITOR_STEP_PARTITIONS", default_value_t = 500)]
+    #[arg(long, env = "REVSTORE_JANITOR_STEP_PARTITIONS", default_value_t = 100)]
     pub step_partitions: u32,
 
     /// Seconds after which the run stops at the next step and exits 75 (the

@@ -37,7 +37,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -97,7 +97,13 @@ pub struct CassandraEngine {
     flavor: Flavor,
     replication: Replication,
     prepared: Mutex<HashMap<String, PreparedStatement>>,
+    /// Per table, the widest token slice a holdings scan got through (see
+    /// [`Engine::holdings`] below); absent: the whole range.
+    holdings_slices: Mutex<HashMap<&'static str, u64>>,
 }
+
+/// The narrowest slice a holdings step narrows to: 1/65,536 of the ring.
+const MIN_HOLDINGS_SLICE: u64 = 1 << 48;
 
 impl std::fmt::Debug for CassandraEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -140,6 +146,7 @@ impl CassandraEngine {
             flavor,
             replication: options.replication,
             prepared: Mutex::new(HashMap::new()),
+            holdings_slices: Mutex::new(HashMap::new()),
         })
     }
 
@@ -451,11 +458,14 @@ impl Engine for CassandraEngine {
         let limit = query.limit;
         let mut out = Vec::new();
         let mut from = query.range.after;
-        if let Some(after) = &query.after {
+        if let Some(after) = query.after.as_ref().filter(|p| !p.key.is_empty()) {
             // Partitions sharing the position's token (a hash collision) come first.
             let cql = cql::scan(&self.keyspace, t, &query.statics, true);
             let same = self.scan_page(&pk, &statics, &cql, &[after.token], limit + 1).await?;
             out.extend(same.into_iter().filter(|p| cmp_keys(&p.key, &after.key).is_gt()));
+            from = after.token;
+        }
+        if let Some(after) = query.after.as_ref().filter(|p| p.key.is_empty()) {
             from = after.token;
         }
         let remaining = (limit as usize + 1).saturating_sub(out.len()) as u32;
@@ -466,6 +476,27 @@ impl Engine for CassandraEngine {
         out.sort_by(|a, b| a.token.cmp(&b.token).then_with(|| cmp_keys(&a.key, &b.key)));
         out.truncate(limit as usize + 1);
         Ok(out)
+    }
+
+    /// Live holdings, a token slice at a time when need be: a scan reads
+    /// through every expired cell in its range before it finds live ones, and
+    /// on a table whose rows expired (the grace tables after a quiet period,
+    /// until compaction drops them) a scan of a wide range is aborted by
+    /// `tombstone_failure_threshold`. A failed scan is retried over a quarter
+    /// of the slice, and the slice that worked is remembered for the table.
+    async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings> {
+        let table = query.table.name;
+        let mut slice = self.holdings_slices.lock().unwrap_or_else(|p| p.into_inner()).get(table).copied().unwrap_or(u64::MAX);
+        loop {
+            match crate::store::live_holdings(self, query, slice).await {
+                Err(StoreError::Unavailable(why)) if slice > MIN_HOLDINGS_SLICE => {
+                    slice /= 4;
+                    tracing::warn!(table, slice_of_ring = slice as f64 / u64::MAX as f64, error = %why, "holdings scan failed; narrowing its token slice");
+                    self.holdings_slices.lock().unwrap_or_else(|p| p.into_inner()).insert(table, slice);
+                }
+                answer => return answer,
+            }
+        }
     }
 
     async fn ping(&self) -> StoreResult<()> {

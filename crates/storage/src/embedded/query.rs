@@ -57,11 +57,18 @@ impl Sql {
         let after = self.bind(SqlValue::Integer(query.range.after));
         let through = self.bind(SqlValue::Integer(query.range.through));
         let mut cond = format!("\"$token\" > {after} AND \"$token\" <= {through}");
-        if let Some(position) = &query.after {
-            let pk_list = pk_cols(t).iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
-            let tp = self.bind(SqlValue::Integer(position.token));
-            let kp: Vec<String> = position.key.iter().map(|v| self.bind(to_sql(v))).collect();
-            cond.push_str(&format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", ")));
+        match &query.after {
+            None => {}
+            Some(position) if position.key.is_empty() => {
+                let tp = self.bind(SqlValue::Integer(position.token));
+                cond.push_str(&format!(" AND \"$token\" > {tp}"));
+            }
+            Some(position) => {
+                let pk_list = pk_cols(t).iter().map(|c| q(c.name)).collect::<Vec<_>>().join(", ");
+                let tp = self.bind(SqlValue::Integer(position.token));
+                let kp: Vec<String> = position.key.iter().map(|v| self.bind(to_sql(v))).collect();
+                cond.push_str(&format!(" AND (\"$token\" > {tp} OR (\"$token\" = {tp} AND ({pk_list}) > ({})))", kp.join(", ")));
+            }
         }
         cond
     }
