@@ -106,7 +106,7 @@ pub struct Settings {
 
     /// Partitions visited per second across all services (0: no limit). The
     /// default keeps a run's load small beside the services' own.
-    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 1000)]
+    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 500)]
     pub ops_per_sec: u32,
 
     /// Partitions one step visits (1 to 10,000).
