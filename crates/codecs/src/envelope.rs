@@ -54,7 +54,7 @@ impl Envelope {
         let body: Cow<'_, [u8]> = match compression {
             Compression::None => Cow::Borrowed(payload),
             // Compressing from memory cannot fail except on allocation failure.
-            Compression::Zstd { level } => match zstd::bulk::compress(payload, level) {
+            Compression::Zstd { level } => match compress_reusing_context(payload, level) {
                 Ok(compressed) => Cow::Owned(compressed),
                 Err(_) => return self.encode(payload, Compression::None),
             },
@@ -106,6 +106,24 @@ pub(crate) fn decompress_bounded(frame: &[u8], limit: usize, what: &'static str)
         return Err(corrupt(format!("frame decoded to {} bytes, header said {size}", out.len())));
     }
     Ok(out)
+}
+
+thread_local! {
+    /// One zstd compression context per thread, kept between calls: a new
+    /// context allocates and zeroes its tables (hundreds of KiB at level 3),
+    /// which cost as much as compressing a 20 KB page.
+    static COMPRESSOR: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { std::cell::RefCell::new(None) };
+}
+
+fn compress_reusing_context(payload: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let compressor = match &mut *slot {
+            Some((l, c)) if *l == level => c,
+            _ => &mut slot.insert((level, zstd::bulk::Compressor::new(level)?)).1,
+        };
+        compressor.compress(payload)
+    })
 }
 
 #[cfg(test)]

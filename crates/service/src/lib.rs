@@ -53,7 +53,8 @@ pub use launch::{
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};
 pub use settings::{
-    CommonArgs, Secret, ServiceSettings, SettingsError, StorageArgs, exit_on_settings_error, parse_args_or_exit, parse_from_or_exit,
+    AccessLog, CommonArgs, Secret, ServiceSettings, SettingsError, StorageArgs, exit_on_settings_error, parse_args_or_exit,
+    parse_from_or_exit,
 };
 
 /// Whether a request's `If-None-Match` names `etag` (or is `*`): the answer is

@@ -4,7 +4,9 @@
 //! problem bodies for every error response), then the timeout, panic catcher
 //! and body limit set up in [`crate::server`].
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
@@ -14,6 +16,7 @@ use http_body_util::BodyExt;
 use tracing::Instrument;
 
 use crate::problem::{PROBLEM_JSON, Problem, problem_response};
+use crate::settings::AccessLog;
 
 pub const REQUEST_ID: &str = "x-request-id";
 
@@ -21,9 +24,42 @@ pub const REQUEST_ID: &str = "x-request-id";
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ObserveState {
     pub service: &'static str,
+    pub access_log: AccessLog,
+    /// Successful requests seen, for sampling the access log.
+    pub served: Arc<AtomicU64>,
+}
+
+impl ObserveState {
+    pub fn new(service: &'static str, access_log: AccessLog) -> Self {
+        ObserveState { service, access_log, served: Arc::default() }
+    }
+
+    /// How a finished request is logged: failures and slow requests always,
+    /// one in `every` of the others at info, the rest at debug.
+    fn access_line(&self, status: StatusCode, elapsed: Duration) -> AccessLine {
+        if status.is_server_error() {
+            AccessLine::Failed
+        } else if elapsed >= self.access_log.slow {
+            AccessLine::Slow
+        } else if status.is_client_error() {
+            AccessLine::Sampled
+        } else {
+            let every = self.access_log.every;
+            let n = self.served.fetch_add(1, Ordering::Relaxed);
+            if every > 0 && n.is_multiple_of(every) { AccessLine::Sampled } else { AccessLine::Debug }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AccessLine {
+    Failed,
+    Slow,
+    Sampled,
+    Debug,
 }
 
 /// Accepts the caller's request id when it is sane, else makes one.
@@ -97,12 +133,12 @@ pub async fn observe(State(state): State<ObserveState>, mut request: Request, ne
         .increment(1);
     metrics::histogram!("http_request_duration_seconds", "service" => state.service, "route" => route, "method" => method)
         .record(elapsed.as_secs_f64());
-    span.in_scope(|| {
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), latency_ms = elapsed.as_secs_f64() * 1e3, "request failed");
-        } else {
-            tracing::info!(status = status.as_u16(), latency_ms = elapsed.as_secs_f64() * 1e3, "request");
-        }
+    let latency_ms = elapsed.as_secs_f64() * 1e3;
+    span.in_scope(|| match state.access_line(status, elapsed) {
+        AccessLine::Failed => tracing::warn!(status = status.as_u16(), latency_ms, "request failed"),
+        AccessLine::Slow => tracing::warn!(status = status.as_u16(), latency_ms, "slow request"),
+        AccessLine::Sampled => tracing::info!(status = status.as_u16(), latency_ms, "request"),
+        AccessLine::Debug => tracing::debug!(status = status.as_u16(), latency_ms, "request"),
     });
     response
 }
@@ -162,4 +198,30 @@ async fn problem_body(response: Response, request_id: &str) -> Response {
         rebuilt.headers_mut().insert(name.clone(), value.clone());
     }
     rebuilt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(state: &ObserveState, status: StatusCode, elapsed: Duration, n: usize) -> Vec<AccessLine> {
+        (0..n).map(|_| state.access_line(status, elapsed)).collect()
+    }
+
+    #[test]
+    fn one_in_every_successful_request_is_logged_and_every_failed_or_slow_one() {
+        let fast = Duration::from_millis(3);
+        let state = ObserveState::new("test", AccessLog { every: 4, slow: Duration::from_millis(500) });
+        let sampled = lines(&state, StatusCode::OK, fast, 12).iter().filter(|l| **l == AccessLine::Sampled).count();
+        assert_eq!(sampled, 3);
+        assert_eq!(lines(&state, StatusCode::INTERNAL_SERVER_ERROR, fast, 5), [AccessLine::Failed; 5]);
+        assert_eq!(lines(&state, StatusCode::NOT_FOUND, fast, 5), [AccessLine::Sampled; 5]);
+        assert_eq!(lines(&state, StatusCode::OK, Duration::from_millis(500), 5), [AccessLine::Slow; 5]);
+
+        let every = ObserveState::new("test", AccessLog { every: 1, slow: Duration::from_secs(1) });
+        assert_eq!(lines(&every, StatusCode::OK, fast, 5), [AccessLine::Sampled; 5]);
+        let none = ObserveState::new("test", AccessLog { every: 0, slow: Duration::from_secs(1) });
+        assert_eq!(lines(&none, StatusCode::CREATED, fast, 5), [AccessLine::Debug; 5]);
+        assert_eq!(lines(&none, StatusCode::SERVICE_UNAVAILABLE, fast, 1), [AccessLine::Failed]);
+    }
 }

@@ -138,7 +138,7 @@ impl Platform {
             .layer(RequestBodyLimitLayer::new(settings.body_limit))
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
-            .layer(axum::middleware::from_fn_with_state(ObserveState { service: self.inner.service }, observe))
+            .layer(axum::middleware::from_fn_with_state(ObserveState::new(self.inner.service, settings.access_log), observe))
     }
 }
 

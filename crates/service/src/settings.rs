@@ -181,6 +181,16 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_MIGRATE_ON_START")]
     pub migrate_on_start: Option<bool>,
 
+    /// Log one in this many successful requests at info (1: every request; 0:
+    /// none); the others are logged at debug. Server errors, client errors and
+    /// slow requests are always logged.
+    #[arg(long, env = "REVSTORE_ACCESS_LOG_EVERY", default_value_t = 100)]
+    pub access_log_every: u64,
+
+    /// A request slower than this many milliseconds is always logged, at warn.
+    #[arg(long, env = "REVSTORE_SLOW_REQUEST_MS", default_value_t = 1000)]
+    pub slow_request_ms: u64,
+
     /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
     /// Every service of one wiki must agree.
     #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
@@ -216,6 +226,17 @@ pub struct ServiceSettings {
     pub migrate_on_start: bool,
     /// How titles are normalised.
     pub titles: TitleRules,
+    /// Which requests get an access log line at info.
+    pub access_log: AccessLog,
+}
+
+/// Which requests get an access log line at info: every request that failed
+/// or was slow, and one in `every` of the others (the rest go to debug).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessLog {
+    /// 1: every request; 0: only failed and slow ones.
+    pub every: u64,
+    pub slow: Duration,
 }
 
 /// A setting that cannot be used, said so that the operator can fix it.
@@ -273,6 +294,7 @@ impl CommonArgs {
             titles: TitleRules {
                 first_letter: if self.title_case == "sensitive" { FirstLetterCase::Sensitive } else { FirstLetterCase::Upper },
             },
+            access_log: AccessLog { every: self.access_log_every, slow: Duration::from_millis(self.slow_request_ms) },
             storage,
         })
     }

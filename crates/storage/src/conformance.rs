@@ -153,6 +153,7 @@ macro_rules! conformance_suite {
             a_conditional_delete_removes_the_condition_row_only_when_it_holds,
             compare_and_set_loses_no_update,
             batches_are_all_or_nothing,
+            staged_writes_land_in_order_and_stop_at_a_failed_stage,
             scans_visit_every_partition_exactly_once,
             token_range_scans_resume_from_plain_positions_with_statics,
             a_read_without_a_limit_never_loads_a_large_partition_whole,
@@ -672,6 +673,52 @@ pub async fn batches_are_all_or_nothing(s: &Subject) {
     assert!(failed.is_err(), "a write to a missing table succeeded");
     assert_eq!(kv_value(&s.store, "b1").await.as_deref(), Some("one"), "first write of a failed batch was kept");
     assert_eq!(kv_value(&s.store, "b5").await, None);
+}
+
+/// Writes in ordered stages: every partition of every stage lands, with its own
+/// timestamps; a stage that fails stops the ones after it; an invalid write
+/// anywhere is refused before anything is written.
+pub async fn staged_writes_land_in_order_and_stop_at_a_failed_stage(s: &Subject) {
+    s.store.write(Upsert::new(&MIXED, [text("staged"), int(1), text("old")]).set("v", "old").timestamp(100)).await.expect("write");
+    s.store
+        .apply_in_stages(vec![
+            vec![
+                Upsert::new(&KV, [text("s1")]).set("v", "one").into(),
+                Upsert::new(&KV, [text("s2")]).set("v", "two").into(),
+                // One partition: a range delete and a newer row, applied together.
+                Delete::range(&MIXED, [text("staged")], Slice::all()).timestamp(200).into(),
+                Upsert::new(&MIXED, [text("staged"), int(2), text("new")]).set("v", "new").timestamp(201).into(),
+            ],
+            vec![Upsert::new(&KV, [text("s3")]).set("v", "three").into()],
+        ])
+        .await
+        .expect("staged writes");
+    for (k, v) in [("s1", "one"), ("s2", "two"), ("s3", "three")] {
+        assert_eq!(kv_value(&s.store, k).await.as_deref(), Some(v), "{k}");
+    }
+    let staged = read_all(&s.store, ReadQuery::new(&MIXED, [text("staged")])).await;
+    assert_eq!(staged.iter().map(|r| r.text("v")).collect::<Vec<_>>(), [Some("new")]);
+
+    let refused = s
+        .store
+        .apply_in_stages(vec![
+            vec![Upsert::new(&KV, [text("s4")]).set("v", "four").into()],
+            vec![Upsert::new(&KV, [text("s5")]).set("no_such_column", "x").into()],
+        ])
+        .await;
+    assert!(matches!(refused, Err(StoreError::Invalid(_))), "{refused:?}");
+    assert_eq!(kv_value(&s.store, "s4").await, None, "a stage before an invalid write was written");
+
+    let failed = s
+        .store
+        .apply_in_stages(vec![
+            vec![Upsert::new(&KV, [text("s6")]).set("v", "six").into()],
+            vec![Upsert::new(&NOT_CREATED, [text("x")]).set("v", "x").into()],
+            vec![Upsert::new(&KV, [text("s7")]).set("v", "seven").into()],
+        ])
+        .await;
+    assert!(failed.is_err(), "a write to a missing table succeeded");
+    assert_eq!(kv_value(&s.store, "s7").await, None, "a stage after a failed one was written");
 }
 
 async fn scan_all(store: &Store, table: &'static TableDef, page_size: u32) -> Vec<crate::ops::ScannedPartition> {

@@ -49,6 +49,29 @@ pub trait Engine: Send + Sync + Debug {
     /// Applies the writes atomically: all of them or none.
     async fn apply(&self, writes: Vec<Write>) -> StoreResult<()>;
 
+    /// Applies stages in order, each partition's writes of a stage atomically
+    /// and the partitions of a stage concurrently; a stage starts once the one
+    /// before it is applied. A failure can leave earlier stages (and some
+    /// partitions of the failing one) applied: the caller orders its writes so
+    /// that every such prefix is safe and a retry completes it. This default
+    /// is Cassandra's way: no cross-partition batch, so no batchlog. Engines
+    /// that apply everything in one transaction as cheaply (embedded) do.
+    async fn apply_in_stages(&self, stages: Vec<Vec<Write>>) -> StoreResult<()> {
+        for stage in stages {
+            // Writes to one partition key, in any tables of the keyspace, are one
+            // mutation on Cassandra: atomic, and one request.
+            let mut groups: Vec<Vec<Write>> = Vec::new();
+            for write in stage {
+                match groups.iter_mut().find(|g| g[0].partition() == write.partition()) {
+                    Some(group) => group.push(write),
+                    None => groups.push(vec![write]),
+                }
+            }
+            futures_util::future::try_join_all(groups.into_iter().map(|group| self.apply(group))).await?;
+        }
+        Ok(())
+    }
+
     /// Reads one page. `after` is the clustering key of the last row of the
     /// previous page (from the page token); the engine returns up to `limit + 1`
     /// rows after it so the store can tell whether another page follows.
@@ -207,6 +230,22 @@ impl Store {
             validate_write(w)?;
         }
         let result = self.timed("apply", self.engine.apply(writes)).await;
+        self.note_write(&result);
+        result
+    }
+
+    /// Applies writes in ordered stages (see [`Engine::apply_in_stages`]):
+    /// atomic per partition, not across partitions. Every write of every stage
+    /// is validated before anything is written.
+    pub async fn apply_in_stages(&self, stages: Vec<Vec<Write>>) -> StoreResult<()> {
+        let stages: Vec<Vec<Write>> = stages.into_iter().filter(|s| !s.is_empty()).collect();
+        if stages.is_empty() {
+            return Err(StoreError::invalid("empty batch"));
+        }
+        for w in stages.iter().flatten() {
+            validate_write(w)?;
+        }
+        let result = self.timed("apply_in_stages", self.engine.apply_in_stages(stages)).await;
         self.note_write(&result);
         result
     }

@@ -25,3 +25,30 @@ mod conformance_cassandra {
         [ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
     );
 }
+
+/// A datacenter named with a bare factor creates the keyspace with
+/// NetworkTopologyStrategy in that datacenter (the local node's is `datacenter1`).
+#[tokio::test]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn a_named_datacenter_gets_network_topology_replication() {
+    use revstore_storage::{CassandraEngine, Engine};
+
+    let keyspace = revstore_storage::testing::TestKeyspace::new("datacenter");
+    let mut options = keyspace.options();
+    options.datacenter = Some("datacenter1".to_owned());
+    let engine = CassandraEngine::connect(options).await.expect("connect");
+    engine.ensure_tables(&revstore_storage::conformance::TABLES).await.expect("create the keyspace");
+    let result = engine
+        .session()
+        .query_unpaged("SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = ?", (keyspace.name(),))
+        .await
+        .expect("read the keyspace's replication");
+    let rows = result.into_rows_result().expect("rows");
+    let (replication,): (std::collections::HashMap<String, String>,) = rows.single_row().expect("one keyspace");
+    assert_eq!(
+        replication.get("class").map(String::as_str),
+        Some("org.apache.cassandra.locator.NetworkTopologyStrategy"),
+        "{replication:?}"
+    );
+    assert_eq!(replication.get("datacenter1").map(String::as_str), Some("1"), "{replication:?}");
+}

@@ -2,24 +2,32 @@
 //! machine (as the service's targets are stated).
 //!
 //! ```text
-//! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R] [--seconds N] [--pages N] [--binary PATH]
+//! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R[,R...]]
+//!     [--write-rate W[,W...]] [--only reads|writes] [--seconds N] [--pages N] [--html-bytes MIN-MAX] [--binary PATH]
+//!     [--service-log LEVEL [--access-log-every N]]
 //! ```
 //! It starts the real `revstore-current-store` binary as a separate process
 //! (or `--binary`, e.g. an older build, to compare two side by side),
 //! stores `--pages` pages with real Parsoid HTML (30-100 KB revisions of
 //! "Anarchism" from shared/data), then measures, in one run:
-//! 1. reads of the latest HTML at a fixed rate (`--rate`, default 1,000/s): latency counted
+//! 1. reads of the latest HTML at fixed rates (`--rate`, default 1,000/s): latency counted
 //!    from each request's scheduled send time, so queueing shows;
 //! 2. reads of the latest HTML at saturation (32 connections);
 //! 3. the same reads straight from the `Store` in-process (after the service
 //!    stops, on the same data): the ratio of 2 to 3 is the HTTP stack's cost;
-//! 4. writes of new renders at saturation (32 writers), then a precedence check.
+//! 4. writes of new renders at saturation (32 writers), then a precedence check;
+//! 5. writes at fixed rates (`--write-rate`, open loop like 1.), half new revisions
+//!    and half re-renders of a page's latest revision, spread over all pages.
+//!
+//! `--only writes` runs 5. alone (`--only reads`: 1. to 3.).
 //!
 //! Cassandra uses `$REVSTORE_CASSANDRA` (default 127.0.0.1:9042).
 
 #![allow(clippy::print_stdout)]
 
 use std::process::{Child, Command, Stdio};
+
+use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,11 +45,58 @@ fn arg(name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
 
-/// Real page HTML: the "Anarchism" revisions of 30-100 KB.
+/// Real page HTML: the "Anarchism" revisions whose size is in `--html-bytes`
+/// (default 30-100 KB).
 fn renders() -> Vec<String> {
+    let bounds = arg("--html-bytes").unwrap_or_else(|| "30000-100000".into());
+    let (min, max) = bounds.split_once('-').expect("--html-bytes MIN-MAX");
+    let (min, max): (usize, usize) = (min.parse().expect("--html-bytes MIN"), max.parse().expect("--html-bytes MAX"));
     let all = revstore_testdata::anarchism_html();
-    let sized: Vec<String> = all.iter().filter(|h| (30_000..=100_000).contains(&h.len())).cloned().collect();
-    if sized.is_empty() { all } else { sized }
+    let sized: Vec<String> = all.iter().filter(|h| (min..=max).contains(&h.len())).cloned().collect();
+    assert!(!sized.is_empty(), "no revision of {min}-{max} bytes");
+    sized
+}
+
+fn rates(name: &str, default: &str) -> Vec<u64> {
+    arg(name).unwrap_or_else(|| default.into()).split(',').map(|r| r.trim().parse().expect(name)).collect()
+}
+
+/// What the open-loop phases report: requests, achieved rate, p50, p99, failures.
+struct OpenLoop {
+    latencies: Vec<Duration>,
+    achieved: f64,
+    failed: usize,
+}
+
+/// Sends `op(i)` at exactly `rate` per second for `seconds`, whatever the
+/// answers' pace (open loop); each latency counts from the scheduled send time.
+async fn open_loop<F, Fut>(rate: u64, seconds: u64, op: F) -> OpenLoop
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let total = rate * seconds;
+    let t0 = Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let op = op.clone();
+        let scheduled = t0 + Duration::from_micros(i * 1_000_000 / rate);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(scheduled.into()).await;
+            let ok = op(i).await;
+            (scheduled.elapsed(), ok)
+        }));
+    }
+    let (mut latencies, mut failed) = (Vec::with_capacity(tasks.len()), 0);
+    for t in tasks {
+        let (latency, ok) = t.await.expect("task");
+        latencies.push(latency);
+        failed += usize::from(!ok);
+    }
+    let achieved = latencies.len() as f64 / t0.elapsed().as_secs_f64();
+    latencies.sort();
+    OpenLoop { latencies, achieved, failed }
 }
 
 fn body(html: &str, n: u64) -> RenderBody {
@@ -66,6 +121,9 @@ fn free_port() -> u16 {
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
 
@@ -92,9 +150,15 @@ async fn main() {
         "--migrate-on-start",
         "true",
     ])
-    .env("RUST_LOG", "warn")
+    // `--service-log info` (with `--access-log-every N`) measures what logging
+    // costs: the service's log goes to a file, as in a pod.
+    .env("RUST_LOG", arg("--service-log").unwrap_or_else(|| "warn".into()))
+    .env("REVSTORE_ACCESS_LOG_EVERY", arg("--access-log-every").unwrap_or_else(|| "100".into()))
     .stdout(Stdio::null())
-    .stderr(Stdio::inherit());
+    .stderr(match arg("--service-log") {
+        Some(_) => Stdio::from(std::fs::File::create(dir.path().join("service.log")).expect("log file")),
+        None => Stdio::inherit(),
+    });
     match engine.as_str() {
         "embedded" => cmd.args(["--data-dir", dir.path().to_str().expect("utf-8")]),
         "cassandra" => cmd.args(["--cassandra", &node, "--keyspace", &keyspace]),
@@ -109,54 +173,83 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Load: one render per page.
+    // Load: one render per page, 32 at a time.
     let titles: Vec<String> = (0..pages_n).map(|i| format!("Bench_page_{i}")).collect();
-    for (i, t) in titles.iter().enumerate() {
-        let r = http
-            .post(format!("{base}/en.wikipedia.org/v1/page/{t}/1"))
-            .bearer_auth(TOKEN)
-            .json(&body(&html[i % html.len()], 0))
-            .send()
-            .await
-            .expect("load");
-        assert_eq!(r.status(), 201);
-    }
+    let loads = titles.iter().enumerate().map(|(i, t)| {
+        let request = http.post(format!("{base}/en.wikipedia.org/v1/page/{t}/1")).bearer_auth(TOKEN).json(&body(&html[i % html.len()], 0));
+        async move {
+            let r = request.send().await.expect("load");
+            assert_eq!(r.status(), 201);
+        }
+    });
+    futures_util::stream::iter(loads).buffer_unordered(CONCURRENCY).collect::<Vec<()>>().await;
     let avg_kb = titles.iter().enumerate().map(|(i, _)| html[i % html.len()].len()).sum::<usize>() as f64 / titles.len() as f64 / 1024.0;
     let titles = Arc::new(titles);
     let mut rows = Vec::new();
 
-    // 1. Fixed rate.
-    let rate: u64 = arg("--rate").map(|s| s.parse().expect("--rate")).unwrap_or(1000);
-    let total = rate * seconds;
-    let t0 = Instant::now() + Duration::from_millis(100);
-    let mut tasks = Vec::with_capacity(total as usize);
-    for i in 0..total {
-        let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
-        let scheduled = t0 + Duration::from_micros(i * 1_000_000 / rate);
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(scheduled.into()).await;
-            let t = &titles[(i as usize * 7919) % titles.len()];
-            let r = http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await.expect("read");
-            assert_eq!(r.status(), 200);
-            let _ = r.bytes().await.expect("body");
-            scheduled.elapsed()
-        }));
+    let only = arg("--only");
+    let (measure_reads, measure_writes) = (only.as_deref() != Some("writes"), only.as_deref() != Some("reads"));
+
+    // 1. Fixed rates.
+    for rate in rates("--rate", "1000").into_iter().filter(|_| measure_reads) {
+        let run = open_loop(rate, seconds, {
+            let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
+            move |i| {
+                let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
+                async move {
+                    let t = &titles[(i as usize * 7919) % titles.len()];
+                    let r = http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await.expect("read");
+                    r.status() == 200 && r.bytes().await.is_ok()
+                }
+            }
+        })
+        .await;
+        assert_eq!(run.failed, 0, "reads failed at {rate}/s");
+        rows.push(format!(
+            "| {engine} | read latest HTML, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |",
+            run.latencies.len(),
+            run.achieved,
+            percentile(&run.latencies, 0.5),
+            percentile(&run.latencies, 0.99)
+        ));
     }
-    let mut latencies = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        latencies.push(t.await.expect("task"));
+
+    // 5. Writes at fixed rates: half new revisions, half re-renders of the
+    // page's latest revision (a wiki re-renders when templates change).
+    let page_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
+    for rate in rates("--write-rate", "500,1000,1500").into_iter().filter(|_| measure_writes) {
+        let run = open_loop(rate, seconds, {
+            let (http, base, titles, html, page_revs) =
+                (http.clone(), base.clone(), titles.clone(), Arc::new(html.clone()), page_revs.clone());
+            move |i| {
+                let (http, base, titles, html, page_revs) = (http.clone(), base.clone(), titles.clone(), html.clone(), page_revs.clone());
+                async move {
+                    let p = (i as usize * 7919) % titles.len();
+                    let rev =
+                        if i % 2 == 0 { page_revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { page_revs[p].load(Ordering::SeqCst) };
+                    let r = http
+                        .put(format!("{base}/en.wikipedia.org/v1/page/{}/{rev}/{}", titles[p], Tid::now()))
+                        .bearer_auth(TOKEN)
+                        .json(&body(&html[i as usize % html.len()], rev))
+                        .send()
+                        .await;
+                    r.is_ok_and(|r| r.status() == 201)
+                }
+            }
+        })
+        .await;
+        rows.push(format!(
+            "| {engine} | write renders (1/2 new revisions), fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}",
+            run.latencies.len(),
+            run.achieved,
+            percentile(&run.latencies, 0.5),
+            percentile(&run.latencies, 0.99),
+            if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() }
+        ));
     }
-    let achieved = latencies.len() as f64 / (t0.elapsed().as_secs_f64());
-    latencies.sort();
-    rows.push(format!(
-        "| {engine} | read latest HTML, fixed {rate}/s | {} | {achieved:.0} | {:.2} | {:.2} |",
-        latencies.len(),
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99)
-    ));
 
     // 2. Saturation over HTTP.
-    let (http_ops, http_lat) = saturate(seconds, {
+    let (http_ops, http_lat) = saturate(if measure_reads { seconds } else { 0 }, {
         let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
         move |i| {
             let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
@@ -169,17 +262,19 @@ async fn main() {
         }
     })
     .await;
-    rows.push(format!(
-        "| {engine} | read latest HTML, saturation over HTTP | {} | {:.0} | {:.2} | {:.2} |",
-        http_lat.len(),
-        http_ops,
-        percentile(&http_lat, 0.5),
-        percentile(&http_lat, 0.99)
-    ));
+    if !http_lat.is_empty() {
+        rows.push(format!(
+            "| {engine} | read latest HTML, saturation over HTTP | {} | {:.0} | {:.2} | {:.2} |",
+            http_lat.len(),
+            http_ops,
+            percentile(&http_lat, 0.5),
+            percentile(&http_lat, 0.99)
+        ));
+    }
 
     // 4. Writes at saturation (before the service stops).
-    let next_rev = Arc::new(AtomicU64::new(2));
-    let (write_ops, write_lat) = saturate(seconds, {
+    let next_rev = Arc::new(AtomicU64::new(1_000_000));
+    let (write_ops, write_lat) = saturate(if measure_writes { seconds } else { 0 }, {
         let (http, base, titles, html, next_rev) = (http.clone(), base.clone(), titles.clone(), Arc::new(html.clone()), next_rev.clone());
         move |i| {
             let (http, base, titles, html, next_rev) = (http.clone(), base.clone(), titles.clone(), html.clone(), next_rev.clone());
@@ -198,13 +293,15 @@ async fn main() {
         }
     })
     .await;
-    rows.push(format!(
-        "| {engine} | write new renders, 32 writers | {} | {:.0} | {:.2} | {:.2} |",
-        write_lat.len(),
-        write_ops,
-        percentile(&write_lat, 0.5),
-        percentile(&write_lat, 0.99)
-    ));
+    if !write_lat.is_empty() {
+        rows.push(format!(
+            "| {engine} | write new renders, 32 writers | {} | {:.0} | {:.2} | {:.2} |",
+            write_lat.len(),
+            write_ops,
+            percentile(&write_lat, 0.5),
+            percentile(&write_lat, 0.99)
+        ));
+    }
     drop(service);
 
     // 3. The same reads straight from the Store, in this process.
@@ -225,7 +322,7 @@ async fn main() {
         assert_eq!(latest.rev.get(), best.max(latest.rev.get()), "precedence violated on {t}");
         assert!(latest.rev.get() < max_rev);
     }
-    let (direct_ops, direct_lat) = saturate(seconds, {
+    let (direct_ops, direct_lat) = saturate(if measure_reads { seconds } else { 0 }, {
         let (pages, titles, domain) = (pages.clone(), titles.clone(), domain.clone());
         move |i| {
             let (pages, titles, domain) = (pages.clone(), titles.clone(), domain.clone());
@@ -238,13 +335,15 @@ async fn main() {
         }
     })
     .await;
-    rows.push(format!(
-        "| {engine} | read latest HTML, saturation, Store in-process | {} | {:.0} | {:.2} | {:.2} |",
-        direct_lat.len(),
-        direct_ops,
-        percentile(&direct_lat, 0.5),
-        percentile(&direct_lat, 0.99)
-    ));
+    if !direct_lat.is_empty() {
+        rows.push(format!(
+            "| {engine} | read latest HTML, saturation, Store in-process | {} | {:.0} | {:.2} | {:.2} |",
+            direct_lat.len(),
+            direct_ops,
+            percentile(&direct_lat, 0.5),
+            percentile(&direct_lat, 0.99)
+        ));
+    }
     if engine == "cassandra" {
         let engine =
             revstore_storage::CassandraEngine::connect(CassandraOptions::new([node.clone()], keyspace.clone())).await.expect("connect");
@@ -256,7 +355,9 @@ async fn main() {
     for r in rows {
         println!("{r}");
     }
-    println!("\nHTTP reads at saturation / in-process Store reads: {:.2}", http_ops / direct_ops);
+    if measure_reads {
+        println!("\nHTTP reads at saturation / in-process Store reads: {:.2}", http_ops / direct_ops);
+    }
 }
 
 /// Runs `op(i)` from 32 tasks for `seconds`; returns operations per second and latencies.

@@ -93,7 +93,7 @@ impl Sweep for Retention {
             report.rows += leftovers.len() as u64;
             report.bytes += leftovers.iter().map(|r| row_bytes(&CURRENT, r)).sum::<u64>();
             if !dry_run {
-                store.apply(self.supersede(&partition.key, leftovers)?).await?;
+                store.apply_in_stages(self.supersede(&partition.key, leftovers)?).await?;
             }
         }
         Ok(Stepped { report, next: scanned.next.map(|p| p.to_bytes()) })
@@ -101,13 +101,15 @@ impl Sweep for Retention {
 }
 
 impl Retention {
-    /// The batch that moves `leftovers` (rows of one title's `current`
-    /// partition, older than its first row) into the grace tables.
-    fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Write>, ApiError> {
+    /// The writes that move `leftovers` (rows of one title's `current`
+    /// partition, older than its first row) into the grace tables, in the
+    /// write path's order: the `by_tid` copies, then their index rows with the
+    /// deletes from `current` (one mutation of the title's partition key).
+    fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Vec<Write>>, ApiError> {
         let [domain, title] =
             <[Value; 2]>::try_from(title_key.to_vec()).map_err(|_| ApiError::internal("a current partition key is not (domain, title)"))?;
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-        let mut writes = Vec::new();
+        let (mut contents, mut moves) = (Vec::new(), Vec::new());
         for row in leftovers {
             let id = crate::pages::render_id(row).map_err(ApiError::from)?;
             let parts = StoredParts {
@@ -115,14 +117,16 @@ impl Retention {
                 data_parsoid: row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
                 section_offsets: row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
             };
-            writes.extend(self.pages.grace_copies_in([domain.clone(), title.clone()], id, &parts));
+            let copy = self.pages.grace_copy_in([domain.clone(), title.clone()], id, &parts);
+            contents.push(copy.content);
+            moves.push(copy.index);
             // Timestamped after the row's own write (its render time), so the
             // delete wins over it whatever the clocks say.
             let delete =
                 Delete::row(&CURRENT, title_key.to_vec(), [Value::from(id.rev.as_i64())]).timestamp(now.max(id.tid.unix_micros() + 1));
-            writes.push(delete.into());
+            moves.push(delete.into());
         }
-        Ok(writes)
+        Ok(vec![contents, moves])
     }
 }
 

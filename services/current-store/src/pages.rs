@@ -7,15 +7,21 @@
 //!   still held, usually one. Its cells are written with the tid's time as
 //!   write timestamp, so re-renders of one revision resolve by render time; a
 //!   new revision's write carries a range delete of the older revisions.
-//! - `by_rev` (domain, title, rev) and `by_tid` (domain, title, rev, tid): every
-//!   render, kept for the grace TTL. A render is written there when it is
-//!   stored, and the render it supersedes is copied there again, so any render
-//!   a reader saw stays retrievable for the grace TTL after it was superseded
-//!   (the VisualEditor contract), with no flag from the client.
-//! - `renders` (domain, title) → rev, tid: the index of renders held.
+//! - `by_tid` (domain, title, rev, tid): every render, kept for the grace TTL.
+//!   A render is written there when it is stored, and the render it supersedes
+//!   is copied there again, so any render a reader saw stays retrievable for
+//!   the grace TTL after it was superseded (the VisualEditor contract), with no
+//!   flag from the client.
+//! - `renders` (domain, title) → rev DESC, tid DESC: the index of the renders
+//!   in `by_tid`; the newest tid of a revision there is its latest render in
+//!   the grace period. It shares `current`'s partition key, so a render's
+//!   index rows and its `current` row are one mutation.
+//! - `by_rev`: held a copy of each revision's latest render until schema 4's
+//!   code; no longer written or read (the index and `by_tid` answer), empty one
+//!   grace TTL after an upgrade.
 //! - `suppressed`: revisions never to be served again.
 //! - `outbox`: hand-offs to old-store (and change notices to the dependency
-//!   graph), written in the same batch as the render.
+//!   graph), written before the render becomes visible.
 
 use std::time::{Duration, SystemTime};
 
@@ -38,6 +44,12 @@ pub const OUTBOX_SHARDS: i64 = 16;
 pub struct Found {
     pub id: RenderId,
     pub row: Row,
+}
+
+/// A render's rows for the grace period (see [`Pages::grace_copy`]).
+pub(crate) struct GraceCopy {
+    pub content: Write,
+    pub index: Write,
 }
 
 /// What a write did.
@@ -121,21 +133,32 @@ impl Pages {
     /// the range delete that should have removed it (that delete carries an
     /// earlier write time), while `by_rev` received the revision's newer renders.
     pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        if self.is_suppressed(domain, title, rev).await? {
-            return Ok(None);
-        }
+        let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_rev(domain, title, rev, columns))?;
+        Ok(found.filter(|_| !suppressed))
+    }
+
+    /// [`Pages::of_rev`] without the suppression check: the newer of the
+    /// revision's row in `current` and its newest render in the grace index.
+    async fn find_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
-        let mut best: Option<Found> = None;
-        for table in [&CURRENT, &BY_REV] {
-            if let Some(row) = self.store.get(table, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await? {
-                let found = Found { id: render_id(&row)?, row };
-                if best.as_ref().is_none_or(|b| found.id.is_newer_than(&b.id)) {
-                    best = Some(found);
-                }
+        let newest_in_grace = ReadQuery::new(&RENDERS, [d.clone(), t.clone()]).slice(Slice::prefix([r.clone()])).limit(1);
+        let (in_current, in_grace) = tokio::try_join!(
+            self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())),
+            self.store.read(&newest_in_grace),
+        )?;
+        let in_current = in_current.map(|row| render_id(&row).map(|id| Found { id, row })).transpose()?;
+        let grace_id = in_grace.rows.first().map(render_id).transpose()?;
+        match (in_current, grace_id) {
+            (Some(current), Some(grace)) if !grace.is_newer_than(&current.id) => Ok(Some(current)),
+            (current, Some(grace)) => {
+                // The index row is written after its `by_tid` row; should that one
+                // have expired a moment earlier, `current`'s row still answers.
+                let found = self.find_tid(domain, title, rev, grace.tid, columns).await?;
+                Ok(found.or(current))
             }
+            (current, None) => Ok(current),
         }
-        Ok(best)
     }
 
     /// One render, by revision and tid.
@@ -147,9 +170,20 @@ impl Pages {
         tid: Tid,
         columns: &[&'static str],
     ) -> Result<Option<Found>, PagesError> {
-        if self.is_suppressed(domain, title, rev).await? {
-            return Ok(None);
-        }
+        let (suppressed, found) =
+            tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_tid(domain, title, rev, tid, columns))?;
+        Ok(found.filter(|_| !suppressed))
+    }
+
+    /// [`Pages::of_tid`] without the suppression check.
+    async fn find_tid(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        tid: Tid,
+        columns: &[&'static str],
+    ) -> Result<Option<Found>, PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await?
@@ -165,6 +199,18 @@ impl Pages {
     }
 
     /// Stores a render. See the module documentation for what is written where.
+    ///
+    /// The write path (docs/design/current-store-writes.md): two reads at once
+    /// (suppression and the latest render), more only for a render that
+    /// arrives after a newer one; then two stages of single-partition writes,
+    /// no cross-partition batch. The first stage makes durable what must
+    /// exist before the render is visible — its `by_tid` content, the copy of
+    /// the render it supersedes, the hand-off and the change notice — and the
+    /// second, one mutation of the page's partition key, makes it the latest
+    /// and indexes both. Every write is idempotent (explicit keys and
+    /// timestamps), so a failure between or within the stages leaves only
+    /// unindexed `by_tid` rows that expire and a hand-off old-store takes as a
+    /// duplicate, and the client's retry completes the write.
     pub async fn put(
         &self,
         domain: &Domain,
@@ -175,24 +221,37 @@ impl Pages {
     ) -> Result<PutOutcome, PagesError> {
         body.validate()?;
         id.tid.check_render_time(SystemTime::now())?;
-        if self.is_suppressed(domain, title, id.rev).await? {
+        let (suppressed, latest) = tokio::try_join!(
+            self.is_suppressed(domain, title, id.rev),
+            self.latest(domain, title, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]),
+        )?;
+        if suppressed {
             return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
-        let latest = self.latest(domain, title, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]).await?;
         check_preconditions(pre, latest.as_ref().map(|l| l.id))?;
-        if latest.as_ref().is_some_and(|l| l.id == id) || self.of_tid(domain, title, id.rev, id.tid, &[col::TID]).await?.is_some() {
-            return Ok(PutOutcome::AlreadyStored);
-        }
-        let first_of_revision =
-            latest.as_ref().is_none_or(|l| l.id.rev != id.rev) && self.of_rev(domain, title, id.rev, &[col::TID]).await?.is_none();
+        let becomes_latest = latest.as_ref().is_none_or(|l| id.is_newer_than(&l.id));
+        let first_of_revision = if becomes_latest {
+            // Newer than every render held: not stored yet (a write that failed
+            // midway is written again), and its revision has a render already
+            // only when it is the latest's.
+            latest.as_ref().is_none_or(|l| l.id.rev != id.rev)
+        } else {
+            // It arrives after a newer render: it may be a retry of a stored one,
+            // and its revision may have renders in the grace tables.
+            if latest.as_ref().is_some_and(|l| l.id == id) || self.find_tid(domain, title, id.rev, id.tid, &[col::TID]).await?.is_some() {
+                return Ok(PutOutcome::AlreadyStored);
+            }
+            self.find_rev(domain, title, id.rev, &[col::TID]).await?.is_none()
+        };
 
         let parts = StoredParts::encode(body);
         let ts = id.tid.unix_micros();
         let [d, t] = key(domain, title);
-        let mut writes: Vec<Write> = self.grace_copies(domain, title, id, &parts);
-        let becomes_latest = latest.as_ref().is_none_or(|l| id.is_newer_than(&l.id));
+        let copy = self.grace_copy(domain, title, id, &parts);
+        let mut durable_first: Vec<Write> = vec![copy.content];
+        let mut becoming_visible: Vec<Write> = vec![copy.index];
         if becomes_latest {
-            writes.push(
+            becoming_visible.push(
                 Upsert::new(&CURRENT, [d.clone(), t.clone(), Value::from(id.rev.as_i64())])
                     .set(col::TID, id.tid)
                     .set(col::HTML, parts.html.clone())
@@ -208,20 +267,23 @@ impl Pages {
                     data_parsoid: old.row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
                     section_offsets: old.row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
                 };
-                writes.extend(self.grace_copies(domain, title, old.id, &old_parts));
+                let old_copy = self.grace_copy(domain, title, old.id, &old_parts);
+                durable_first.push(old_copy.content);
+                becoming_visible.push(old_copy.index);
                 if id.rev > old.id.rev {
-                    // Older revisions leave `current` in the same batch. The delete is
-                    // timestamped now (or the tid's time if later), so it also covers
-                    // re-renders of older revisions made before this write; what a
-                    // concurrent writer still adds is the janitor's.
+                    // Older revisions leave `current` with it (one partition, one
+                    // batch). The delete is timestamped now (or the tid's time if
+                    // later), so it also covers re-renders of older revisions made
+                    // before this write; what a concurrent writer still adds is the
+                    // janitor's.
                     let older = Slice::all().upper(std::ops::Bound::Excluded(Value::from(id.rev.as_i64())));
                     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(ts);
-                    writes.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts.max(now)).into());
+                    becoming_visible.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts.max(now)).into());
                 }
             }
         }
         if first_of_revision && self.hand_off {
-            writes.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
+            durable_first.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
         }
         if first_of_revision && becomes_latest && self.notify_graph {
             let notice = revstore_api::ChangeNotice {
@@ -232,38 +294,31 @@ impl Pages {
             };
             let notice = revstore_codecs::Envelope::default()
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
-            writes.push(self.outbox("change", domain, title, id, notice).into());
+            durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
-        self.store.apply(writes).await?;
+        self.store.apply_in_stages(vec![durable_first, becoming_visible]).await?;
         Ok(PutOutcome::Created)
     }
 
-    /// A render's rows in the grace tables: `by_tid`, `by_rev` (resolved by render
-    /// time) and the `renders` index, all with the grace TTL from now.
-    fn grace_copies(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts) -> Vec<Write> {
-        self.grace_copies_in(key(domain, title), id, parts)
+    /// A render's rows for the grace period, with the grace TTL from now: its
+    /// content in `by_tid`, and its row in the `renders` index, which must be
+    /// written after it (in a later stage, or the same transaction).
+    fn grace_copy(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts) -> GraceCopy {
+        self.grace_copy_in(key(domain, title), id, parts)
     }
 
-    /// [`Pages::grace_copies`] for a title given by its stored key (domain, title).
-    pub(crate) fn grace_copies_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts) -> Vec<Write> {
+    /// [`Pages::grace_copy`] for a title given by its stored key (domain, title).
+    pub(crate) fn grace_copy_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts) -> GraceCopy {
         let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
-        vec![
-            Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
+        GraceCopy {
+            content: Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
                 .set(col::HTML, parts.html.clone())
                 .set(col::DATA_PARSOID, parts.data_parsoid.clone())
                 .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
                 .ttl(grace)
                 .into(),
-            Upsert::new(&BY_REV, [d.clone(), t.clone(), r.clone()])
-                .set(col::TID, id.tid)
-                .set(col::HTML, parts.html.clone())
-                .set(col::DATA_PARSOID, parts.data_parsoid.clone())
-                .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
-                .ttl(grace)
-                .timestamp(id.tid.unix_micros())
-                .into(),
-            Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).into(),
-        ]
+            index: Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).into(),
+        }
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
@@ -358,7 +413,9 @@ pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
     murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(OUTBOX_SHARDS)
 }
 
-/// The body old-store's archive write takes, compressed for the batch it rides in.
+/// The body old-store's archive write takes, compressed: stored uncompressed,
+/// it cost Cassandra more than its compression costs here
+/// (docs/design/current-store-writes.md).
 fn archive_payload(body: &RenderBody) -> Vec<u8> {
     let json = serde_json::to_vec(body).unwrap_or_default();
     revstore_codecs::Envelope::default().encode(&json, revstore_codecs::Compression::Zstd { level: 3 })

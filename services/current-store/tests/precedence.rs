@@ -215,3 +215,102 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     assert_eq!(by_tid(r1).await, None, "superseded render kept past the grace period");
     assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r2), "the latest render never expires");
 }
+
+/// The embedded engine applying stages as Cassandra does (a partition at a
+/// time, the trait's default) and failing every apply from the `cut_from`-th
+/// on: a write cut between or inside its stages, as a crash, a timeout or a
+/// node going away would cut it.
+#[derive(Debug)]
+struct CutWrites {
+    inner: EmbeddedEngine,
+    applies: std::sync::atomic::AtomicUsize,
+    cut_from: std::sync::atomic::AtomicUsize,
+}
+
+impl CutWrites {
+    fn cut_after(&self, applies: usize) {
+        self.applies.store(0, Ordering::SeqCst);
+        self.cut_from.store(applies, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl revstore_storage::Engine for CutWrites {
+    fn kind(&self) -> revstore_storage::EngineKind {
+        self.inner.kind()
+    }
+    async fn ensure_tables(&self, tables: &[&'static revstore_storage::TableDef]) -> revstore_storage::StoreResult<()> {
+        self.inner.ensure_tables(tables).await
+    }
+    async fn apply(&self, writes: Vec<revstore_storage::Write>) -> revstore_storage::StoreResult<()> {
+        if self.applies.fetch_add(1, Ordering::SeqCst) >= self.cut_from.load(Ordering::SeqCst) {
+            return Err(revstore_storage::StoreError::Unavailable("the write was cut here".into()));
+        }
+        self.inner.apply(writes).await
+    }
+    async fn read(
+        &self,
+        query: &revstore_storage::ReadQuery,
+        after: Option<Vec<revstore_storage::Value>>,
+    ) -> revstore_storage::StoreResult<(Vec<revstore_storage::Row>, Option<revstore_storage::Row>)> {
+        self.inner.read(query, after).await
+    }
+    async fn cas(&self, cas: revstore_storage::Cas) -> revstore_storage::StoreResult<revstore_storage::CasOutcome> {
+        self.inner.cas(cas).await
+    }
+    async fn scan(&self, query: &revstore_storage::ScanQuery) -> revstore_storage::StoreResult<Vec<revstore_storage::ScannedPartition>> {
+        self.inner.scan(query).await
+    }
+    async fn ping(&self) -> revstore_storage::StoreResult<()> {
+        self.inner.ping().await
+    }
+    async fn purge_expired(&self) -> revstore_storage::StoreResult<revstore_storage::PurgeStats> {
+        self.inner.purge_expired().await
+    }
+}
+
+/// A write cut anywhere in its stages changes what readers see in no way (the
+/// latest render, the listing, the superseded render's grace copy), and its
+/// retry completes it: the ordering that replaced the cross-partition batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_cut_between_its_stages_is_invisible_and_its_retry_completes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = Arc::new(CutWrites {
+        inner: EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open"),
+        applies: Default::default(),
+        cut_from: usize::MAX.into(),
+    });
+    let store = Store::new(engine.clone());
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    let pages = pages_over(store);
+    let domain = Domain::parse("en.wikipedia.org").expect("domain");
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    let now = SystemTime::now();
+
+    // A new revision: stage one holds its content, the old render's copy and
+    // the hand-off (three partitions), stage two its `current` row and index.
+    for (cut_after, n) in [(0, 1), (1, 2), (2, 3), (3, 4)] {
+        let title = Title::parse(&format!("Cut after {cut_after}"), TitleRules::default()).expect("title");
+        let old = RenderId { rev: RevId::new(5).expect("rev"), tid: generator.next_at(now - Duration::from_secs(60)) };
+        pages.put(&domain, &title, old, &common::render(&html[0], 0), &Preconditions::default()).await.expect("first write");
+        let new = RenderId { rev: RevId::new(6).expect("rev"), tid: generator.next_at(now - Duration::from_secs(30 - n)) };
+        let body = common::render(&html[n as usize], n);
+        engine.cut_after(cut_after);
+        let cut = pages.put(&domain, &title, new, &body, &Preconditions::default()).await;
+        assert!(cut.is_err(), "a write cut after {cut_after} applies succeeded");
+        engine.cut_after(usize::MAX);
+        let latest = pages.latest(&domain, &title, &["tid"]).await.expect("latest").map(|f| f.id);
+        assert_eq!(latest, Some(old), "a cut write became visible (cut after {cut_after} applies)");
+        let held = pages.held(&domain, &title).await.expect("held");
+        assert_eq!(held.len(), 1, "a cut write is listed: {held:?}");
+        assert!(pages.of_rev(&domain, &title, new.rev, &["tid"]).await.expect("of_rev").is_none());
+
+        // The retry completes it; the render it supersedes is in its grace period.
+        let retried = pages.put(&domain, &title, new, &body, &Preconditions::default()).await.expect("retry");
+        assert_eq!(retried, revstore_current_store::pages::PutOutcome::Created);
+        assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("latest").map(|f| f.id), Some(new));
+        assert_eq!(pages.of_tid(&domain, &title, old.rev, old.tid, &["tid"]).await.expect("of_tid").map(|f| f.id), Some(old));
+        assert_eq!(pages.of_rev(&domain, &title, old.rev, &["tid"]).await.expect("of_rev").map(|f| f.id), Some(old));
+    }
+}

@@ -89,6 +89,17 @@ impl CassandraOptions {
             connect_timeout: Duration::from_secs(5),
         }
     }
+
+    /// The replication a keyspace created here gets. A bare factor with a
+    /// datacenter named means that factor in that datacenter
+    /// (NetworkTopologyStrategy): SimpleStrategy knows no datacenters, and the
+    /// driver, told to prefer one, warns on every query to such a keyspace.
+    pub fn keyspace_replication(&self) -> Replication {
+        match (&self.replication, &self.datacenter) {
+            (Replication::Simple { factor }, Some(dc)) => Replication::NetworkTopology { datacenters: vec![(dc.clone(), *factor)] },
+            (replication, _) => replication.clone(),
+        }
+    }
 }
 
 pub struct CassandraEngine {
@@ -135,6 +146,7 @@ impl CassandraEngine {
         let session = builder.build().await.map_err(|e: NewSessionError| {
             StoreError::Unavailable(format!("cannot connect to Cassandra at {}: {e}", options.contact_points.join(",")))
         })?;
+        let replication = options.keyspace_replication();
         // ScyllaDB has system.versions; Cassandra does not.
         let flavor = match session.query_unpaged("SELECT version FROM system.versions", ()).await {
             Ok(_) => Flavor::Scylla,
@@ -144,7 +156,7 @@ impl CassandraEngine {
             session,
             keyspace: options.keyspace,
             flavor,
-            replication: options.replication,
+            replication,
             prepared: Mutex::new(HashMap::new()),
             holdings_slices: Mutex::new(HashMap::new()),
         })
@@ -267,8 +279,10 @@ impl CassandraEngine {
         Ok(())
     }
 
+    /// Whether the writes are one mutation: one partition key (its values
+    /// typed, so the same bytes), in one table or several of the keyspace.
     fn single_partition(writes: &[Write]) -> bool {
-        writes.iter().all(|w| std::ptr::eq(w.table(), writes[0].table()) && w.partition() == writes[0].partition())
+        writes.iter().all(|w| w.partition() == writes[0].partition())
     }
 
     fn statement_for(&self, w: &Write) -> Statement {

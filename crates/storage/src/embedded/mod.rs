@@ -247,6 +247,12 @@ impl Engine for EmbeddedEngine {
         self.submit(|reply| Job::Apply(writes, reply)).await
     }
 
+    /// One transaction for every stage: stronger than asked, and one commit
+    /// instead of one per stage.
+    async fn apply_in_stages(&self, stages: Vec<Vec<Write>>) -> StoreResult<()> {
+        self.apply(stages.into_iter().flatten().collect()).await
+    }
+
     async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)> {
         let query = query.clone();
         let now = self.options.clock.now_micros();
