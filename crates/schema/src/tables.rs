@@ -73,7 +73,10 @@ pub mod current_store {
     };
 
     /// The latest render of a given revision, kept for the grace TTL after it is
-    /// superseded (copy-on-update).
+    /// superseded (copy-on-update). Written and read by current-store until
+    /// issue #17, which answers from `renders` and `by_tid` instead; kept here
+    /// until a schema change drops it (it is empty one grace TTL after the
+    /// upgrade).
     pub static BY_REV: TableDef = TableDef {
         name: "by_rev",
         columns: &[
@@ -109,7 +112,8 @@ pub mod current_store {
 
     /// Which renders of a title current-store holds: one skinny row per render,
     /// kept for the grace TTL, so a title's renders can be listed (and deleted)
-    /// without knowing their revisions. Content lives in `by_rev` and `by_tid`.
+    /// without knowing their revisions; the newest tid of a revision here is
+    /// its latest render in the grace period. Content lives in `by_tid`.
     pub static RENDERS: TableDef = TableDef {
         name: "renders",
         columns: &[

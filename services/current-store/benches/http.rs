@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R[,R...]]
 //!     [--write-rate W[,W...]] [--only reads|writes] [--seconds N] [--pages N] [--html-bytes MIN-MAX] [--binary PATH]
-//!     [--service-log LEVEL [--access-log-every N]]
+//!     [--service-log LEVEL [--access-log-every N]] [--settle-secs N]
 //! ```
 //! It starts the real `revstore-current-store` binary as a separate process
 //! (or `--binary`, e.g. an older build, to compare two side by side),
@@ -183,6 +183,11 @@ async fn main() {
         }
     });
     futures_util::stream::iter(loads).buffer_unordered(CONCURRENCY).collect::<Vec<()>>().await;
+    // Let the node flush and compact what the load wrote before measuring
+    // (`--settle-secs`, default 30; the load of the faster build otherwise
+    // leaves more of that work for its first measurement).
+    let settle: u64 = arg("--settle-secs").map(|s| s.parse().expect("--settle-secs")).unwrap_or(30);
+    tokio::time::sleep(Duration::from_secs(settle)).await;
     let avg_kb = titles.iter().enumerate().map(|(i, _)| html[i % html.len()].len()).sum::<usize>() as f64 / titles.len() as f64 / 1024.0;
     let titles = Arc::new(titles);
     let mut rows = Vec::new();
@@ -198,19 +203,21 @@ async fn main() {
                 let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
                 async move {
                     let t = &titles[(i as usize * 7919) % titles.len()];
-                    let r = http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await.expect("read");
-                    r.status() == 200 && r.bytes().await.is_ok()
+                    match http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await {
+                        Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+                        Err(_) => false,
+                    }
                 }
             }
         })
         .await;
-        assert_eq!(run.failed, 0, "reads failed at {rate}/s");
         rows.push(format!(
-            "| {engine} | read latest HTML, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |",
+            "| {engine} | read latest HTML, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}",
             run.latencies.len(),
             run.achieved,
             percentile(&run.latencies, 0.5),
-            percentile(&run.latencies, 0.99)
+            percentile(&run.latencies, 0.99),
+            if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() }
         ));
     }
 

@@ -16,9 +16,9 @@
 //!   in `by_tid`; the newest tid of a revision there is its latest render in
 //!   the grace period. It shares `current`'s partition key, so a render's
 //!   index rows and its `current` row are one mutation.
-//! - `by_rev`: held a copy of each revision's latest render until schema 4's
-//!   code; no longer written or read (the index and `by_tid` answer), empty one
-//!   grace TTL after an upgrade.
+//! - `by_rev`: held a copy of each revision's latest render until issue #17;
+//!   no longer written or read (the index and `by_tid` answer), empty one
+//!   grace TTL after an upgrade; still in the schema (5) until a change drops it.
 //! - `suppressed`: revisions never to be served again.
 //! - `outbox`: hand-offs to old-store (and change notices to the dependency
 //!   graph), written before the render becomes visible.
@@ -128,10 +128,11 @@ impl Pages {
     }
 
     /// The latest render of a revision: the newer of its row in `current` (while
-    /// the revision is held there) and its row in `by_rev` (during the grace
-    /// period). Both are read: a `current` row of an older revision can outlive
-    /// the range delete that should have removed it (that delete carries an
-    /// earlier write time), while `by_rev` received the revision's newer renders.
+    /// the revision is held there) and its newest render in the grace period.
+    /// Both are read: a `current` row of an older revision can outlive the
+    /// range delete that should have removed it (that delete carries an
+    /// earlier write time), while the grace tables received the revision's
+    /// newer renders.
     pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_rev(domain, title, rev, columns))?;
         Ok(found.filter(|_| !suppressed))
