@@ -1,0 +1,181 @@
+//! `revstore`: the whole system on one machine.
+//!
+//! `revstore up` runs current-store, old-store and dependency-graph side by
+//! side in this process, each on the embedded engine under `DIR/<service>`
+//! (or on Cassandra when `REVSTORE_CASSANDRA` is set, its schema created
+//! first), wired to each other: current-store hands first renders to
+//! old-store, reads old revisions from it and sends change notices to the
+//! graph. The janitor runs on a schedule (`--janitor-every-secs`), its last
+//! summary in `DIR/janitor.json`. The write token is
+//! `REVSTORE_WRITE_TOKENS`' first, else the one kept in `DIR/write-token`
+//! (generated on first start). Ctrl-C or SIGTERM drains and stops everything.
+//! The separate binaries (`revstore-current-store`, …) stay for Kubernetes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use revstore_service::{BoxError, Context, ServiceArgs, ServiceDefinition, serve_all, shutdown_signal};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "revstore", version, about = "revstore: the storage tier of a wiki, on one machine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Runs current-store, old-store and dependency-graph, wired to each
+    /// other, and the janitor on a schedule, until Ctrl-C or SIGTERM.
+    Up(UpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct UpArgs {
+    /// Each service's embedded store lives in DIR/<service>; the write token in DIR/write-token.
+    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// Address the services listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    #[arg(long, default_value_t = revstore_current_store::DEFAULT_PORT)]
+    current_store_port: u16,
+    #[arg(long, default_value_t = revstore_old_store::DEFAULT_PORT)]
+    old_store_port: u16,
+    #[arg(long, default_value_t = revstore_dependency_graph::DEFAULT_PORT)]
+    graph_port: u16,
+    /// Seconds between janitor runs (the first runs this long after the start).
+    #[arg(long, env = "REVSTORE_UP_JANITOR_EVERY_SECS", default_value_t = 3600)]
+    janitor_every_secs: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let Cli { command: Command::Up(args) } = revstore_service::parse_args_or_exit();
+    let telemetry = match revstore_telemetry::init("revstore") {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("revstore: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    let code = match up(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "revstore up stopped");
+            eprintln!("revstore up: {e}");
+            ExitCode::from(1)
+        }
+    };
+    telemetry.shutdown();
+    code
+}
+
+async fn up(args: UpArgs) -> Result<(), BoxError> {
+    let token_file = write_token(&args.data_dir)?;
+    let url = |port: u16| format!("http://{}", SocketAddr::new(args.host, port));
+    let (current_url, old_url, graph_url) = (url(args.current_store_port), url(args.old_store_port), url(args.graph_port));
+    let token = token_file.display().to_string();
+    let common = |service: &str, port: u16| -> Vec<String> {
+        let dir = args.data_dir.join(service).display().to_string();
+        let listen = SocketAddr::new(args.host, port).to_string();
+        ["--listen", &listen, "--data-dir", &dir, "--write-tokens-file", &token, "--shutdown-delay-secs", "0", "--migrate-on-start", "true"]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let old_store = build::<revstore_old_store::OldStore>(common("old-store", args.old_store_port)).await?;
+    let graph = build::<revstore_dependency_graph::DependencyGraph>(common("dependency-graph", args.graph_port)).await?;
+    let mut current_args = common("current-store", args.current_store_port);
+    current_args
+        .extend(["--old-store-url", &old_url, "--graph-url", &graph_url, "--notify-graph", "--peer-token-file", &token].map(str::to_owned));
+    let current = build::<revstore_current_store::CurrentStore>(current_args).await?;
+
+    let janitor = revstore_janitor::Settings::try_parse_from([
+        "revstore-janitor",
+        "--current-store-url",
+        &current_url,
+        "--old-store-url",
+        &old_url,
+        "--graph-url",
+        &graph_url,
+        "--peer-token-file",
+        &token,
+    ])?;
+    let stop = CancellationToken::new();
+    let every = Duration::from_secs(args.janitor_every_secs.max(1));
+    let schedule = tokio::spawn(janitor_schedule(janitor, every, args.data_dir.join("janitor.json"), stop.clone()));
+    tracing::info!(current_store = %current_url, old_store = %old_url, dependency_graph = %graph_url, write_token_file = %token, "revstore is up");
+    #[allow(clippy::print_stdout)]
+    {
+        let secret = std::fs::read_to_string(&token_file).unwrap_or_default();
+        println!(
+            "revstore is up: current-store {current_url}, old-store {old_url}, dependency-graph {graph_url}; the janitor every {}s\n\
+             write token: {} (in {token}); Ctrl-C stops everything",
+            args.janitor_every_secs.max(1),
+            secret.trim()
+        );
+    }
+    let served = serve_all(vec![old_store, graph, current], shutdown_signal()).await;
+    stop.cancel();
+    let _ = schedule.await;
+    served
+}
+
+/// Builds one service from the command line its own binary would take.
+async fn build<D: ServiceDefinition>(args: Vec<String>) -> Result<(revstore_service::Service, TcpListener), BoxError> {
+    let args = <D::Args as Parser>::try_parse_from(std::iter::once(format!("revstore-{}", D::NAME)).chain(args))?;
+    let settings = args.common().resolve(D::DEFAULT_PORT)?;
+    let listener =
+        TcpListener::bind(settings.listen).await.map_err(|e| format!("{}: cannot listen on {}: {e}", D::NAME, settings.listen))?;
+    let context = Context::open(settings, D::SCHEMA).await?;
+    Ok((D::build(args, context).await?, listener))
+}
+
+/// The write token's file: `REVSTORE_WRITE_TOKENS`' first token, else the one
+/// kept there, else a new one; readable by its owner only.
+fn write_token(data_dir: &Path) -> Result<PathBuf, BoxError> {
+    std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let path = data_dir.join("write-token");
+    let given = std::env::var("REVSTORE_WRITE_TOKENS").ok().and_then(|t| t.split(',').next().map(|t| t.trim().to_owned()));
+    let kept = std::fs::read_to_string(&path).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    let token = match (given.filter(|t| !t.is_empty()), kept) {
+        (Some(given), _) => given,
+        (None, Some(_kept)) => return Ok(path),
+        (None, None) => format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+    };
+    std::fs::write(&path, format!("{token}\n")).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(path)
+}
+
+/// Runs the janitor every `every` until `stop`, as a CronJob would; the last
+/// run's summary is kept in `summary_file`.
+async fn janitor_schedule(settings: revstore_janitor::Settings, every: Duration, summary_file: PathBuf, stop: CancellationToken) {
+    let janitor = match revstore_janitor::Janitor::new(settings) {
+        Ok(janitor) => janitor,
+        Err(e) => {
+            tracing::error!(error = %e, "the janitor cannot run");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let (outcome, summary) = janitor.run(stop.clone()).await;
+        tracing::info!(outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run");
+        if let Err(e) = std::fs::write(&summary_file, serde_json::to_vec(&summary).unwrap_or_default()) {
+            tracing::warn!(error = %e, file = %summary_file.display(), "cannot keep the janitor's summary");
+        }
+    }
+}
