@@ -40,7 +40,7 @@ struct UpArgs {
     /// Each service's embedded store lives in DIR/<service>; the write token in DIR/write-token.
     #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
-    /// Address the services listen on.
+    /// Address the services listen on (0.0.0.0: every address, as in a container).
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
     #[arg(long, default_value_t = revstore_current_store::DEFAULT_PORT)]
@@ -78,7 +78,9 @@ async fn main() -> ExitCode {
 
 async fn up(args: UpArgs) -> Result<(), BoxError> {
     let token_file = write_token(&args.data_dir)?;
-    let url = |port: u16| format!("http://{}", SocketAddr::new(args.host, port));
+    // Listening on every address (in a container): the services call each other on the loopback.
+    let peer_host = if args.host.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.host };
+    let url = |port: u16| format!("http://{}", SocketAddr::new(peer_host, port));
     let (current_url, old_url, graph_url) = (url(args.current_store_port), url(args.old_store_port), url(args.graph_port));
     let token = token_file.display().to_string();
     let common = |service: &str, port: u16| -> Vec<String> {
