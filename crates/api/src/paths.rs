@@ -70,6 +70,11 @@ pub fn graph_changes(domain: &str) -> String {
     format!("/{domain}/v1/changes")
 }
 
+/// A page's dependency set in the graph (`GET`, `PUT`, `DELETE`).
+pub fn graph_dependencies(domain: &str, child: &str) -> String {
+    format!("/{domain}/v1/deps/{}", path_segment(child))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +96,6 @@ mod tests {
         assert_eq!(archive_read("d", Selection::Part(Part::Wikitext), "A", 7, Some("t")), "/d/v1/archive/wikitext/A/7/t");
         assert_eq!(page_render("d", Selection::Part(Part::Html), "A", 7, "t"), "/d/v1/page/html/A/7/t");
         assert_eq!(graph_changes("d"), "/d/v1/changes");
+        assert_eq!(graph_dependencies("d", "AC/DC?"), "/d/v1/deps/AC%2FDC%3F");
     }
 }

@@ -5,6 +5,7 @@
 //! against the service's OpenAPI document.
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use revstore_api::graph::{Dependency, DependencyList, EdgeSet};
 use revstore_api::janitor::{self, Lease, LeaseRequest, PurgeReport, StepReport, StepRequest};
 use revstore_api::{ArchiveBody, RevisionList, Selection, paths};
 
@@ -101,7 +102,8 @@ impl OldStoreClient {
     }
 }
 
-/// The dependency graph, as current-store calls it.
+/// The dependency graph, as current-store (change notices) and dump-import
+/// (dependency sets) call it.
 #[derive(Debug, Clone)]
 pub struct GraphClient {
     http: HttpClient,
@@ -109,7 +111,8 @@ pub struct GraphClient {
 
 impl GraphClient {
     /// The routes this client calls, as the graph documents them.
-    pub const ROUTES: [(Method, &'static str); 1] = [(Method::POST, "/{domain}/v1/changes")];
+    pub const ROUTES: [(Method, &'static str); 3] =
+        [(Method::POST, "/{domain}/v1/changes"), (Method::PUT, "/{domain}/v1/deps/{child}"), (Method::GET, "/{domain}/v1/deps/{child}")];
 
     pub fn new(http: HttpClient) -> Self {
         GraphClient { http }
@@ -119,6 +122,30 @@ impl GraphClient {
     pub async fn notify_json(&self, domain: &str, json: Vec<u8>) -> Result<(), ClientError> {
         self.http.send(Method::POST, &paths::graph_changes(domain), json_headers(), Some(json)).await?;
         Ok(())
+    }
+
+    /// Replaces the page's whole dependency set (idempotent: PUT).
+    pub async fn replace_dependencies(&self, domain: &str, child: &str, edges: &EdgeSet) -> Result<(), ClientError> {
+        self.http.put_json(&paths::graph_dependencies(domain, child), edges).await?;
+        Ok(())
+    }
+
+    /// Every dependency of the page, all pages of the listing read.
+    pub async fn dependencies(&self, domain: &str, child: &str) -> Result<Vec<Dependency>, ClientError> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = format!("{}?limit=1000", paths::graph_dependencies(domain, child));
+            if let Some(cursor) = &cursor {
+                path.push_str(&format!("&cursor={}", paths::path_segment(cursor)));
+            }
+            let page: DependencyList = self.http.get_json(&path).await?;
+            all.extend(page.items);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! A streaming reader of MediaWiki XML dumps (export format 0.10/0.11).
+//! A streaming reader of MediaWiki XML dumps (export format 0.10/0.11),
+//! plain or packed in 7z, bzip2 or gzip.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -49,20 +50,48 @@ impl DumpInfo {
     }
 }
 
-/// Reads the dump at `path` (`.7z` or plain `.xml`), calling `each` for every
-/// revision in dump order. `progress` gets the number of uncompressed bytes
-/// read so far and the total when known.
+/// How a dump file is packed, from its name's last extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    Xml,
+    SevenZip,
+    /// `.bz2`, as Wikimedia publishes most dumps (multistream files included).
+    Bzip2,
+    Gzip,
+}
+
+impl Packing {
+    pub fn of(path: &Path) -> Packing {
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        match extension.as_str() {
+            "7z" => Packing::SevenZip,
+            "bz2" => Packing::Bzip2,
+            "gz" => Packing::Gzip,
+            _ => Packing::Xml,
+        }
+    }
+}
+
+/// Reads the dump at `path` (`.7z`, `.bz2`, `.gz` or plain `.xml`), calling
+/// `each` for every revision in dump order. `progress` gets the bytes read so
+/// far and the total when known: uncompressed bytes of a 7z entry, bytes of
+/// the file otherwise (compressed ones for `.bz2` and `.gz`).
 pub fn read_dump(
     path: &Path,
     mut progress: impl FnMut(u64, Option<u64>),
     mut each: impl FnMut(&DumpInfo, Revision) -> Result<(), String>,
 ) -> Result<DumpInfo, DumpError> {
-    let is_7z = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("7z"));
-    if !is_7z {
+    let packing = Packing::of(path);
+    if packing != Packing::SevenZip {
         let file = std::fs::File::open(path)?;
         let total = file.metadata().ok().map(|m| m.len());
         let counted = Counted { inner: file, read: 0, report: |n| progress(n, total) };
-        return parse(BufReader::with_capacity(1 << 16, counted), &mut each);
+        let xml: Box<dyn Read + '_> = match packing {
+            Packing::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(counted)),
+            Packing::Gzip => Box::new(flate2::read::MultiGzDecoder::new(counted)),
+            Packing::Xml | Packing::SevenZip => Box::new(counted),
+        };
+        return parse(BufReader::with_capacity(1 << 16, xml), &mut each);
     }
     let mut archive =
         sevenz_rust2::ArchiveReader::open(path, sevenz_rust2::Password::empty()).map_err(|e| DumpError::Archive(e.to_string()))?;
@@ -259,6 +288,50 @@ mod tests {
         assert_eq!(seen[1].text, None, "hidden text");
         assert_eq!(seen[2].text.as_deref(), Some(""), "empty text");
         assert_eq!((seen[3].title.as_str(), seen[3].rev_id), ("Talk:X", 20));
+    }
+
+    #[test]
+    fn bzip2_and_gzip_dumps_read_as_the_plain_xml_even_in_several_streams() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let titles = |path: &Path| {
+            let mut seen = Vec::new();
+            read_dump(
+                path,
+                |_, _| {},
+                |_, r| {
+                    seen.push((r.title, r.rev_id));
+                    Ok(())
+                },
+            )
+            .map(|info| (info.revisions, seen))
+        };
+        let plain = dir.path().join("dump.xml");
+        std::fs::write(&plain, SAMPLE).unwrap();
+        let expected = titles(&plain).unwrap();
+        assert_eq!(expected.0, 4);
+        // Multistream files (Wikimedia's `-multistream.xml.bz2`) are streams laid end to end.
+        let (head, tail) = SAMPLE.split_at(SAMPLE.find("<page><title>Talk:X").unwrap());
+        let mut bz2 = Vec::new();
+        let mut gz = Vec::new();
+        for part in [head, tail] {
+            let mut encoder = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+            encoder.write_all(part.as_bytes()).unwrap();
+            bz2.extend(encoder.finish().unwrap());
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            encoder.write_all(part.as_bytes()).unwrap();
+            gz.extend(encoder.finish().unwrap());
+        }
+        for (name, bytes) in [("dump.xml.bz2", &bz2), ("dump.xml.GZ", &gz)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            assert_eq!(Packing::of(&path), if name.ends_with("bz2") { Packing::Bzip2 } else { Packing::Gzip });
+            assert_eq!(titles(&path).unwrap(), expected, "{name}");
+        }
+        // A file that is not what its name says is an error, not an empty dump.
+        let fake = dir.path().join("fake.xml.bz2");
+        std::fs::write(&fake, SAMPLE).unwrap();
+        assert!(matches!(titles(&fake), Err(DumpError::Xml { .. } | DumpError::Io(_))));
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The writers: revisions parsed from the dump, archived in old-store (or read
-//! back and compared, to verify an import).
+//! The writers: revisions parsed from the dump, archived in old-store, and
+//! each page's dependency set (the pages its latest revision transcludes)
+//! written to the dependency graph; or both read back and compared, to verify
+//! an import.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -8,12 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use revstore_api::{ArchiveBody, Part, Selection};
-use revstore_client::{Archived, ClientError, OldStoreClient};
+use revstore_api::graph::{Edge, EdgeSet};
+use revstore_api::{ArchiveBody, ChangeKind, Part, Selection};
+use revstore_client::{Archived, ClientError, GraphClient, OldStoreClient};
 use revstore_keys::Tid;
 use tokio::sync::mpsc;
 
 use crate::dump::{DumpError, Revision, read_dump};
+use crate::templates::transclusions;
 
 /// Archive the dump, or check that old-store returns every revision as the dump has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +34,16 @@ pub struct ImportOptions {
     /// Pages written at the same time.
     pub writers: usize,
     pub mode: Mode,
+    /// Where each page's template dependencies go; `None`: old-store only.
+    pub dependencies: Option<Dependencies>,
+}
+
+/// The dependency graph an import writes page → template edges to.
+#[derive(Debug, Clone)]
+pub struct Dependencies {
+    pub graph: GraphClient,
+    /// The priority of every edge written (0 pull … 1000 push).
+    pub priority: i64,
 }
 
 /// What an import (or a verification) did.
@@ -47,6 +61,9 @@ pub struct ImportSummary {
     pub identical: AtomicU64,
     pub mismatched: AtomicU64,
     pub failed: AtomicU64,
+    /// Dependency sets written (or read back identical), and their edges.
+    pub dependency_sets: AtomicU64,
+    pub dependency_edges: AtomicU64,
     pub text_bytes: AtomicU64,
     pub elapsed: Duration,
 }
@@ -66,22 +83,48 @@ impl std::fmt::Display for ImportSummary {
         )?;
         write!(
             f,
-            "stored {}, already there {}, text hidden in the dump {}, read back identical {}, different or missing {}, failed {}",
+            "stored {}, already there {}, text hidden in the dump {}, read back identical {}, different or missing {}, failed {}; \
+             dependency sets {} with {} template edges",
             n(&self.stored),
             n(&self.already),
             n(&self.hidden),
             n(&self.identical),
             n(&self.mismatched),
-            n(&self.failed)
+            n(&self.failed),
+            n(&self.dependency_sets),
+            n(&self.dependency_edges)
         )
     }
 }
 
-/// One revision on its way to a writer.
+/// Work for a writer: a revision, or a page's dependency set (sent after
+/// the page's last revision).
 #[derive(Debug)]
-struct Job {
+enum Job {
+    Revision { domain: Arc<str>, revision: Revision },
+    Dependencies { domain: Arc<str>, title: String, parents: Vec<String> },
+}
+
+/// The newest revision with text of the page the parser is in.
+#[derive(Debug)]
+struct PageSoFar {
     domain: Arc<str>,
-    revision: Revision,
+    title: String,
+    latest: Option<(u64, String)>,
+}
+
+impl PageSoFar {
+    /// The page's dependency set, from its latest revision's transclusions,
+    /// with the page's title as the dump gives it; `None` when no revision of
+    /// it shows its text.
+    fn into_job(self) -> Option<(String, Job)> {
+        let (_, text) = self.latest?;
+        let title = self.title.replace(' ', "_");
+        // A page showing itself (`{{:Main Page}}` on Main Page) is no edge of the graph.
+        let parents = transclusions(&text).into_iter().filter(|parent| *parent != title).collect();
+        let job = Job::Dependencies { domain: self.domain, title, parents };
+        Some((self.title, job))
+    }
 }
 
 /// Runs the import. `progress` is told the bytes of XML parsed (of a total
@@ -102,13 +145,22 @@ pub async fn run_import(
         // memory stays bounded.
         let (tx, rx) = mpsc::channel::<Job>(16);
         queues.push(tx);
-        tasks.push(tokio::spawn(writer(client.clone(), options.mode, rx, summary.clone())));
+        tasks.push(tokio::spawn(writer(client.clone(), options.dependencies.clone(), options.mode, rx, summary.clone())));
     }
     let domain_override = options.domain.clone();
     let path = options.dump.clone();
+    let with_dependencies = options.dependencies.is_some();
     let parsed = tokio::task::spawn_blocking(move || {
         let mut domain: Option<Arc<str>> = domain_override.map(Arc::from);
-        read_dump(&path, progress, |info, revision| {
+        let mut page: Option<PageSoFar> = None;
+        // Every job of a page goes to the same writer, in dump order.
+        let queue_of = |title: &str| {
+            let mut hasher = DefaultHasher::new();
+            title.hash(&mut hasher);
+            &queues[(hasher.finish() % queues.len() as u64) as usize]
+        };
+        let send = |job: Job, title: &str| queue_of(title).blocking_send(job).map_err(|_| "a writer stopped".to_owned());
+        let parsed = read_dump(&path, progress, |info, revision| {
             let domain = match &domain {
                 Some(d) => d.clone(),
                 None => {
@@ -117,12 +169,26 @@ pub async fn run_import(
                     d
                 }
             };
-            // Every revision of a page goes to the same writer, in dump order.
-            let mut hasher = DefaultHasher::new();
-            revision.title.hash(&mut hasher);
-            let queue = &queues[(hasher.finish() % queues.len() as u64) as usize];
-            queue.blocking_send(Job { domain, revision }).map_err(|_| "a writer stopped".to_owned())
-        })
+            if with_dependencies {
+                if page.as_ref().is_some_and(|p| p.title != revision.title)
+                    && let Some((title, job)) = page.take().and_then(PageSoFar::into_job)
+                {
+                    send(job, &title)?;
+                }
+                let current = page.get_or_insert_with(|| PageSoFar { domain: domain.clone(), title: revision.title.clone(), latest: None });
+                if let Some(text) = &revision.text
+                    && current.latest.as_ref().is_none_or(|(rev, _)| revision.rev_id > *rev)
+                {
+                    current.latest = Some((revision.rev_id, text.clone()));
+                }
+            }
+            let title = revision.title.clone();
+            send(Job::Revision { domain, revision }, &title)
+        });
+        if let Some((title, job)) = page.take().and_then(PageSoFar::into_job) {
+            send(job, &title).map_err(DumpError::Stopped)?;
+        }
+        parsed
     })
     .await
     .map_err(|e| DumpError::Stopped(e.to_string()))?;
@@ -137,9 +203,24 @@ pub async fn run_import(
     Ok(summary)
 }
 
-async fn writer(client: OldStoreClient, mode: Mode, mut jobs: mpsc::Receiver<Job>, summary: Arc<ImportSummary>) {
+async fn writer(
+    client: OldStoreClient,
+    dependencies: Option<Dependencies>,
+    mode: Mode,
+    mut jobs: mpsc::Receiver<Job>,
+    summary: Arc<ImportSummary>,
+) {
     while let Some(job) = jobs.recv().await {
-        let Revision { title, rev_id, timestamp, text } = job.revision;
+        let (domain, revision) = match job {
+            Job::Revision { domain, revision } => (domain, revision),
+            Job::Dependencies { domain, title, parents } => {
+                if let Some(dependencies) = &dependencies {
+                    write_dependencies(dependencies, mode, &domain, &title, parents, &summary).await;
+                }
+                continue;
+            }
+        };
+        let Revision { title, rev_id, timestamp, text } = revision;
         let Some(text) = text else {
             summary.hidden.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -147,8 +228,8 @@ async fn writer(client: OldStoreClient, mode: Mode, mut jobs: mpsc::Receiver<Job
         summary.text_bytes.fetch_add(text.len() as u64, Ordering::Relaxed);
         let title = title.replace(' ', "_");
         let result = match mode {
-            Mode::Import => archive(&client, &job.domain, &title, rev_id, timestamp, text, &summary).await,
-            Mode::Verify => verify(&client, &job.domain, &title, rev_id, &text, &summary).await,
+            Mode::Import => archive(&client, &domain, &title, rev_id, timestamp, text, &summary).await,
+            Mode::Verify => verify(&client, &domain, &title, rev_id, &text, &summary).await,
         };
         if let Err(e) = result {
             summary.failed.fetch_add(1, Ordering::Relaxed);
@@ -200,4 +281,50 @@ async fn verify(
         }
     }
     Ok(())
+}
+
+/// Writes (or, verifying, compares) a page's dependency set.
+async fn write_dependencies(
+    dependencies: &Dependencies,
+    mode: Mode,
+    domain: &str,
+    title: &str,
+    parents: Vec<String>,
+    summary: &ImportSummary,
+) {
+    let edges = parents.len() as u64;
+    let outcome = match mode {
+        Mode::Import => {
+            let edges = parents
+                .into_iter()
+                .map(|parent| Edge {
+                    parent,
+                    kind: ChangeKind::Modification,
+                    priority: dependencies.priority,
+                    parent_selector: None,
+                    child_selector: None,
+                })
+                .collect();
+            dependencies.graph.replace_dependencies(domain, title, &EdgeSet { edges }).await.map(|()| true)
+        }
+        Mode::Verify => dependencies.graph.dependencies(domain, title).await.map(|listed| {
+            let mut listed: Vec<String> = listed.into_iter().map(|d| d.parent).collect();
+            listed.sort();
+            listed == parents
+        }),
+    };
+    match outcome {
+        Ok(true) => {
+            summary.dependency_sets.fetch_add(1, Ordering::Relaxed);
+            summary.dependency_edges.fetch_add(edges, Ordering::Relaxed);
+        }
+        Ok(false) => {
+            summary.mismatched.fetch_add(1, Ordering::Relaxed);
+            eprintln!("dependencies of {title}: the graph lists other templates than the dump's latest revision transcludes");
+        }
+        Err(e) => {
+            summary.failed.fetch_add(1, Ordering::Relaxed);
+            eprintln!("dependencies of {title}: {e}");
+        }
+    }
 }

@@ -16,7 +16,7 @@ async fn the_sample_wiki_imports_completely_and_reads_back_identical() {
         HttpClient::new(&old_store.url(""), ClientOptions { token: Some(TOKEN.into()), ..ClientOptions::default() }).expect("client");
     let client = OldStoreClient::new(http);
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
-    let options = |mode| ImportOptions { dump: dump.clone(), domain: None, writers: 4, mode };
+    let options = |mode| ImportOptions { dump: dump.clone(), domain: None, writers: 4, mode, dependencies: None };
 
     let first = run_import(client.clone(), options(Mode::Import), |_, _| {}).await.expect("import");
     assert_eq!((first.pages, first.revisions), (507, 1307), "{first}");

@@ -10,6 +10,10 @@
 //! `REVSTORE_WRITE_TOKENS`' first, else the one kept in `DIR/write-token`
 //! (generated on first start). Ctrl-C or SIGTERM drains and stops everything.
 //! The separate binaries (`revstore-current-store`, …) stay for Kubernetes.
+//!
+//! `revstore import DUMP` loads a MediaWiki XML history dump into the running
+//! system: every revision into old-store, each page's template dependencies
+//! into the graph (`revstore_dump_import`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -33,6 +37,10 @@ enum Command {
     /// Runs current-store, old-store and dependency-graph, wired to each
     /// other, and the janitor on a schedule, until Ctrl-C or SIGTERM.
     Up(UpArgs),
+    /// Loads a MediaWiki XML history dump (.xml, .7z, .bz2, .gz) into the
+    /// running system: revisions into old-store, each page's templates into
+    /// the dependency graph.
+    Import(revstore_dump_import::cli::ImportArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,7 +64,10 @@ struct UpArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Cli { command: Command::Up(args) } = revstore_service::parse_args_or_exit();
+    let args = match revstore_service::parse_args_or_exit::<Cli>().command {
+        Command::Up(args) => args,
+        Command::Import(args) => return revstore_dump_import::cli::run(args).await,
+    };
     let telemetry = match revstore_telemetry::init("revstore") {
         Ok(guard) => guard,
         Err(e) => {

@@ -1,5 +1,6 @@
-//! `revstore up` as a user runs it: the real binary, on free ports, the three
-//! services wired to each other, stopped by SIGTERM.
+//! `revstore up` and `revstore import` as a user runs them: the real binary,
+//! on free ports, the three services wired to each other, the sample wiki
+//! loaded, stopped by SIGTERM.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,12 +26,12 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: imp
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// `revstore up` on free ports, ready: the process and the ports of
+/// current-store, old-store and the graph.
+async fn up(dir: &std::path::Path) -> (Running, u16, u16, u16) {
     let (current, old, graph) = (free_port(), free_port(), free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_revstore"))
-        .args(["up", "--data-dir", dir.path().to_str().expect("utf-8")])
+        .args(["up", "--data-dir", dir.to_str().expect("utf-8")])
         .args(["--current-store-port", &current.to_string(), "--old-store-port", &old.to_string(), "--graph-port", &graph.to_string()])
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_CASSANDRA")
@@ -38,7 +39,7 @@ async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
         .stdout(Stdio::null())
         .spawn()
         .expect("start revstore up");
-    let mut running = Running(child);
+    let running = Running(child);
     let http = reqwest::Client::new();
     for port in [current, old, graph] {
         let url = format!("http://127.0.0.1:{port}/readyz");
@@ -48,6 +49,14 @@ async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
         })
         .await;
     }
+    (running, current, old, graph)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut running, current, old, graph) = up(dir.path()).await;
+    let http = reqwest::Client::new();
     // The generated token is kept in the data directory, for the owner only.
     let token_file = dir.path().join("write-token");
     let token = std::fs::read_to_string(&token_file).expect("the write token").trim().to_owned();
@@ -121,3 +130,103 @@ async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
 }
 
 const DEPENDS_ON_MAIN_PAGE: &str = r#"{"edges":[{"parent":"Main_Page","type":"modification","priority":1}]}"#;
+
+/// `revstore import` of the sample wiki against a running `revstore up`, as
+/// the README shows it: the token found in the data directory, the services
+/// at the addresses given by the environment.
+fn import(dir: &std::path::Path, old: u16, graph: u16, extra: &[&str]) -> std::process::Output {
+    let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
+    Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .arg("import")
+        .args(extra)
+        .arg(&dump)
+        .env("REVSTORE_DATA_DIR", dir)
+        .env("REVSTORE_OLD_STORE_URL", format!("http://127.0.0.1:{old}"))
+        .env("REVSTORE_GRAPH_URL", format!("http://127.0.0.1:{graph}"))
+        .env_remove("REVSTORE_WRITE_TOKENS")
+        .env_remove("REVSTORE_WRITE_TOKENS_FILE")
+        .output()
+        .expect("run revstore import")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_loads_the_sample_wiki_history_and_templates_into_the_running_system() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_running, _current, old, graph) = up(dir.path()).await;
+
+    let imported = import(dir.path(), old, graph, &[]);
+    let report = String::from_utf8_lossy(&imported.stderr);
+    assert!(imported.status.success(), "{report}");
+    // shared/data/README.md: 507 pages, 1,307 revisions; every page's latest revision read for templates.
+    assert!(report.contains("pages 507, revisions 1307"), "{report}");
+    assert!(report.contains("stored 1307,") && report.contains("failed 0;") && report.contains("dependency sets 507 with"), "{report}");
+
+    // The README's questions. A page's history: Main Page has 81 revisions.
+    let http = reqwest::Client::new();
+    let mut revisions = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("http://127.0.0.1:{old}/aa.wikipedia.org/v1/archive/revisions/Main_Page?limit=50");
+        if let Some(cursor) = &cursor {
+            url.push_str(&format!("&cursor={cursor}"));
+        }
+        let page: serde_json::Value = http.get(&url).send().await.expect("history").json().await.expect("json");
+        revisions.extend(page["items"].as_array().expect("items").iter().map(|item| item["rev"].as_u64().expect("rev")));
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(revisions.len(), 81, "{revisions:?}");
+    // An old revision, byte for byte as the dump has it.
+    let first = http
+        .get(format!("http://127.0.0.1:{old}/aa.wikipedia.org/v1/archive/wikitext/Main_Page/{}", revisions[0]))
+        .send()
+        .await
+        .expect("old revision");
+    assert_eq!(first.status(), 200);
+    assert!(!first.text().await.expect("text").is_empty());
+    // The dependents of a template: Babel boxes on user pages.
+    let dependents: serde_json::Value = http
+        .get(format!("http://127.0.0.1:{graph}/aa.wikipedia.org/v1/dependents/Template:Babel?limit=1000"))
+        .send()
+        .await
+        .expect("dependents")
+        .json()
+        .await
+        .expect("json");
+    let children: Vec<&str> = dependents["items"].as_array().expect("items").iter().map(|d| d["child"].as_str().expect("child")).collect();
+    assert!(children.len() >= 10 && children.iter().all(|c| c.starts_with("User")), "{children:?}");
+
+    // Read back, everything identical; a second import changes nothing.
+    let verified = import(dir.path(), old, graph, &["--verify"]);
+    let report = String::from_utf8_lossy(&verified.stderr);
+    assert!(verified.status.success() && report.contains("read back identical 1307, different or missing 0, failed 0"), "{report}");
+    let again = import(dir.path(), old, graph, &[]);
+    let report = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success() && report.contains("stored 0, already there 1307"), "{report}");
+}
+
+#[test]
+fn import_without_a_token_or_a_readable_dump_fails_clearly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No token anywhere: refused before anything is sent (nothing listens on port 9).
+    let no_token = import(dir.path(), 9, 9, &[]);
+    assert_eq!(no_token.status.code(), Some(66));
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("no write token"), "{:?}", no_token);
+    // A token, but the dump is not a dump.
+    std::fs::write(dir.path().join("write-token"), "t\n").expect("token");
+    let not_a_dump = dir.path().join("not-a-dump.xml.bz2");
+    std::fs::write(&not_a_dump, "plain text").expect("file");
+    let output = Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .args(["import", not_a_dump.to_str().expect("utf-8")])
+        .env("REVSTORE_DATA_DIR", dir.path())
+        .env("REVSTORE_OLD_STORE_URL", "http://127.0.0.1:9")
+        .env("REVSTORE_GRAPH_URL", "http://127.0.0.1:9")
+        .env_remove("REVSTORE_WRITE_TOKENS")
+        .env_remove("REVSTORE_WRITE_TOKENS_FILE")
+        .output()
+        .expect("run revstore import");
+    assert_eq!(output.status.code(), Some(66), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not-a-dump.xml.bz2"), "{output:?}");
+}

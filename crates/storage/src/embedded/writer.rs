@@ -166,7 +166,7 @@ impl Writer {
             if in_use && layout != LAYOUT_VERSION {
                 return Err(StoreError::SchemaMismatch(format!(
                     "the database has embedded layout {layout}, this build reads layout {LAYOUT_VERSION}; \
-                     start from an empty data directory (re-import old-store's history with revstore-import-dump)"
+                     start from an empty data directory (re-import old-store's history with `revstore import`)"
                 )));
             }
             // Written only when it changes: a start with nothing to create

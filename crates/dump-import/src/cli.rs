@@ -1,0 +1,151 @@
+//! `revstore import`: the command line of an import, its token, its progress
+//! bar and its exit status.
+//!
+//! ```text
+//! revstore import aawiki-20260101-pages-meta-history.xml.7z
+//! revstore import --verify aawiki-20260101-pages-meta-history.xml.7z
+//! ```
+//! Exit status: 0 when every revision and dependency set was written (or,
+//! with `--verify`, read back identical); 1 when some were not; 66 when the
+//! dump or the token cannot be read; 64 on bad arguments.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
+
+use crate::{Dependencies, ImportOptions, Mode, run_import};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImportArgs {
+    /// The dump: `pages-meta-history` XML, plain, in a 7z archive, or compressed with bzip2 or gzip.
+    pub dump: PathBuf,
+
+    /// old-store's base URL.
+    #[arg(long, env = "REVSTORE_OLD_STORE_URL", default_value = "http://127.0.0.1:8082")]
+    pub old_store_url: String,
+
+    /// The dependency graph's base URL.
+    #[arg(long, env = "REVSTORE_GRAPH_URL", default_value = "http://127.0.0.1:8083")]
+    pub graph_url: String,
+
+    /// Import revisions only: write no dependency sets to the graph.
+    #[arg(long)]
+    pub no_dependencies: bool,
+
+    /// The priority of every page → template edge written (0 pull … 1000 push).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(0..=revstore_api::graph::MAX_PRIORITY))]
+    pub template_priority: i64,
+
+    /// File with the write token, first line (else `REVSTORE_WRITE_TOKENS`' first
+    /// token, else DATA_DIR/write-token as `revstore up` keeps it).
+    #[arg(long, env = "REVSTORE_WRITE_TOKENS_FILE")]
+    pub write_tokens_file: Option<PathBuf>,
+
+    /// The data directory of `revstore up`, where its write token is.
+    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// The wiki's domain (default: from the dump's siteinfo).
+    #[arg(long)]
+    pub domain: Option<String>,
+
+    /// Pages written at the same time.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub writers: u64,
+
+    /// Read every revision and dependency set back and compare it with the dump, instead of importing.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// The write token: the file named, else `REVSTORE_WRITE_TOKENS`' first, else
+/// the data directory's; `None` when there is none (a read-only `--verify`).
+fn write_token(args: &ImportArgs) -> Result<Option<String>, String> {
+    let first_line = |path: &Path| -> Result<Option<String>, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(text.lines().map(str::trim).find(|line| !line.is_empty()).map(str::to_owned))
+    };
+    if let Some(path) = &args.write_tokens_file {
+        return first_line(path);
+    }
+    let from_env = std::env::var("REVSTORE_WRITE_TOKENS").ok();
+    if let Some(token) = from_env.as_deref().and_then(|t| t.split(',').map(str::trim).find(|t| !t.is_empty())) {
+        return Ok(Some(token.to_owned()));
+    }
+    let kept = args.data_dir.join("write-token");
+    if kept.exists() { first_line(&kept) } else { Ok(None) }
+}
+
+/// Runs `revstore import` and says how it went, as an exit status.
+pub async fn run(args: ImportArgs) -> ExitCode {
+    let token = match write_token(&args) {
+        Ok(Some(token)) => Some(token),
+        Ok(None) if args.verify => None,
+        Ok(None) => {
+            eprintln!(
+                "revstore import: no write token: set REVSTORE_WRITE_TOKENS or --write-tokens-file, or pass the --data-dir of `revstore up`"
+            );
+            return ExitCode::from(66);
+        }
+        Err(e) => {
+            eprintln!("revstore import: {e}");
+            return ExitCode::from(66);
+        }
+    };
+    let options = ClientOptions { token, timeout: Duration::from_secs(60), ..ClientOptions::default() };
+    let client = |url: &str, name: &str| {
+        HttpClient::new(url, options.clone()).map_err(|e| {
+            eprintln!("revstore import: {name}: {e}");
+            ExitCode::from(64)
+        })
+    };
+    let old_store = match client(&args.old_store_url, "--old-store-url") {
+        Ok(http) => OldStoreClient::new(http),
+        Err(code) => return code,
+    };
+    let dependencies = if args.no_dependencies {
+        None
+    } else {
+        match client(&args.graph_url, "--graph-url") {
+            Ok(http) => Some(Dependencies { graph: GraphClient::new(http), priority: args.template_priority }),
+            Err(code) => return code,
+        }
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:40}] {binary_bytes}/{binary_total_bytes}, {binary_bytes_per_sec}, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(if args.verify { "verifying" } else { "importing" });
+    let progress_bar = bar.clone();
+    let progress = move |read: u64, total: Option<u64>| {
+        if let Some(total) = total {
+            progress_bar.set_length(total);
+        }
+        progress_bar.set_position(read);
+    };
+    let options = ImportOptions {
+        dump: args.dump.clone(),
+        domain: args.domain.clone(),
+        writers: args.writers as usize,
+        mode: if args.verify { Mode::Verify } else { Mode::Import },
+        dependencies,
+    };
+    let summary = match run_import(old_store, options, progress).await {
+        Ok(s) => s,
+        Err(e) => {
+            bar.abandon();
+            eprintln!("revstore import: {}: {e}", args.dump.display());
+            return ExitCode::from(66);
+        }
+    };
+    bar.finish_and_clear();
+    eprintln!("{summary}");
+    let bad = summary.failed.load(Ordering::Relaxed) + summary.mismatched.load(Ordering::Relaxed);
+    if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
