@@ -48,6 +48,7 @@ pub mod current_store {
         pub const SHARD: &str = "shard";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
+        pub const TRACE: &str = "trace";
         pub const TID: &str = "tid";
         pub const TITLE: &str = "title";
     }
@@ -168,6 +169,9 @@ pub mod current_store {
             OUTBOX_ROW[6],
             OUTBOX_ROW[7],
             OUTBOX_ROW[8],
+            // Added in version 6: the W3C `traceparent` of the write that
+            // queued the row, so that its delivery continues that trace.
+            C::regular(col::TRACE, Text),
         ],
         default_ttl: Some(4 * WEEK),
         compaction: Compaction::Leveled,
@@ -192,6 +196,7 @@ pub mod current_store {
             C::regular(col::FAILED_AT, Timestamp),
             C::regular(col::STATUS, BigInt),
             C::regular(col::REASON, Text),
+            C::regular(col::TRACE, Text),
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,

@@ -161,6 +161,23 @@ pub fn inject_context(headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut HeaderInjector(headers)));
 }
 
+/// The current span's W3C `traceparent`, to keep with work that continues
+/// later (an outbox row); `None` outside any sampled trace context.
+pub fn current_traceparent() -> Option<String> {
+    let mut headers = http::HeaderMap::new();
+    inject_context(&mut headers);
+    headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// The trace context a kept `traceparent` names (an empty one when it is malformed).
+pub fn context_from_traceparent(traceparent: &str) -> Context {
+    let mut headers = http::HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(traceparent) {
+        headers.insert("traceparent", value);
+    }
+    extract_context(&headers)
+}
+
 /// Makes `span` a child of the remote context (when it has one) and returns the
 /// span's trace id in hex.
 pub fn adopt_remote_parent(span: &tracing::Span, remote: Context) -> Option<String> {

@@ -30,6 +30,7 @@ use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
 use revstore_storage::{Delete, ReadQuery, Row, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Where each kind of outbox row goes.
@@ -41,7 +42,7 @@ pub struct Receivers {
 
 const BATCH: u32 = 100;
 /// The columns an outbox row and its dead letter share (besides `attempts`).
-const ROW_COLUMNS: [&str; 6] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, col::TID, col::PAYLOAD];
+const ROW_COLUMNS: [&str; 7] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, col::TID, col::PAYLOAD, col::TRACE];
 
 /// Why a delivery failed, and so what happens to the row.
 #[derive(Debug)]
@@ -137,7 +138,13 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
     let mut delivered = 0;
     for row in rows {
         let Some(id) = row.timeuuid(col::ID) else { continue };
-        match send(receivers, &row).await {
+        // The delivery is a span of the trace that queued the row: one trace
+        // follows a render from the renderer's write into old-store and the graph.
+        let span = tracing::info_span!("outbox delivery", kind = row.text(col::KIND).unwrap_or_default());
+        if let Some(traceparent) = row.text(col::TRACE) {
+            revstore_telemetry::adopt_remote_parent(&span, revstore_telemetry::context_from_traceparent(traceparent));
+        }
+        match send(receivers, &row).instrument(span).await {
             Ok(true) => {
                 store.write(Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)])).await.map_err(|e| e.to_string())?;
                 delivered += 1;

@@ -323,14 +323,19 @@ impl Pages {
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
-        Upsert::new(&OUTBOX, [Value::from(outbox_shard(domain, title)), Value::from(Tid::now())])
+        let row = Upsert::new(&OUTBOX, [Value::from(outbox_shard(domain, title)), Value::from(Tid::now())])
             .set(col::KIND, kind)
             .set(col::DOMAIN, domain.as_str())
             .set(col::TITLE, title.as_str())
             .set(col::REV, id.rev.as_i64())
             .set(col::TID, id.tid)
             .set(col::PAYLOAD, payload)
-            .set(col::ATTEMPTS, 0i64)
+            .set(col::ATTEMPTS, 0i64);
+        // The delivery, maybe minutes later, continues the writer's trace.
+        match revstore_telemetry::current_traceparent() {
+            Some(traceparent) => row.set(col::TRACE, traceparent),
+            None => row,
+        }
     }
 
     /// Every grace-period render a query finds, a page at a time (a page
