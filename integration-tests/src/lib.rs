@@ -1,0 +1,319 @@
+//! The whole system as it is deployed: current-store, old-store and
+//! dependency-graph each started from its own binary as a process on a free
+//! port, wired to each other by URL, on the embedded engine (a data directory
+//! each) or on the Cassandra node named by `REVSTORE_TEST_CASSANDRA` (a
+//! keyspace each, dropped afterwards); the janitor run as its binary, to
+//! completion, as the CronJob runs it; an OTLP/HTTP receiver to collect the
+//! services' spans.
+//!
+//! The binaries are the workspace's own, found beside the test executable in
+//! the target directory: build them first (`cargo build --workspace --bins`;
+//! `scripts/test` does). Each service's output goes to `<name>.log` in the
+//! system's directory; a failing test prints the end of every log.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use revstore_storage::testing::TestKeyspace;
+
+/// The storage engine the services run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Embedded,
+    /// The node named by `REVSTORE_TEST_CASSANDRA`.
+    Cassandra,
+}
+
+/// Settings of a system under test.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// current-store's `--grace-ttl`.
+    pub grace_ttl_secs: u64,
+    /// Where the services export spans (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { grace_ttl_secs: 86_400, otlp_endpoint: None }
+    }
+}
+
+/// A binary of the workspace, as the target directory holds it.
+pub fn binary(name: &str) -> PathBuf {
+    let test_executable = std::env::current_exe().expect("the test executable's path");
+    // target/<profile>/deps/<test>: the binaries are in target/<profile>.
+    let profile_dir = test_executable.parent().and_then(Path::parent).expect("a target directory");
+    let path = profile_dir.join(name);
+    assert!(path.is_file(), "{} is not built: run `cargo build --workspace --bins` first (scripts/test does)", path.display());
+    path
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().expect("local address").port()
+}
+
+/// One service binary, started and stopped as a process; its data and port
+/// stay the same across restarts.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    /// `current-store`, `old-store` or `dependency-graph`.
+    pub name: &'static str,
+    pub port: u16,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ServiceProcess {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Starts the process and waits until it is ready (`/readyz` 200).
+    pub async fn start(&mut self) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("the service's log file");
+        let child = Command::new(binary(&format!("revstore-{}", self.name)))
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_remove("REVSTORE_WRITE_TOKENS")
+            .env_remove("REVSTORE_CASSANDRA")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.name));
+        self.child = Some(child);
+        let ready = self.url("/readyz");
+        let http = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            if http.get(&ready).send().await.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("{} exited before it was ready ({status}):\n{}", self.name, tail(&self.log));
+            }
+            // Cassandra schema creation takes tens of seconds on a fresh keyspace.
+            assert!(started.elapsed() < Duration::from_secs(180), "{} not ready within 180 s:\n{}", self.name, tail(&self.log));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for the exit, which must be clean (status 0).
+    pub async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let terminated = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+        assert!(terminated.success(), "cannot signal {}", self.name);
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{} did not stop within 60 s of SIGTERM", self.name);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(status.success(), "{} stopped with {status}:\n{}", self.name, tail(&self.log));
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- the end of {}'s log ---\n{}", self.name, tail(&self.log));
+        }
+    }
+}
+
+/// The last lines of a log file.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The three services of one system, wired to each other.
+#[derive(Debug)]
+pub struct System {
+    pub engine: Engine,
+    pub token: String,
+    pub current: ServiceProcess,
+    pub old: ServiceProcess,
+    pub graph: ServiceProcess,
+    pub http: reqwest::Client,
+    token_file: PathBuf,
+    // Dropped after the processes (fields drop in order): the keyspaces and
+    // the directory outlive the services that use them.
+    _keyspaces: Vec<TestKeyspace>,
+    dir: tempfile::TempDir,
+}
+
+impl System {
+    /// Starts old-store, the graph and current-store (in that order: each
+    /// one's peers first), each ready before the next.
+    pub async fn start(engine: Engine, options: Options) -> System {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = format!("integration-{}", free_port());
+        let token_file = dir.path().join("write-token");
+        std::fs::write(&token_file, format!("{token}\n")).expect("token file");
+        let mut keyspaces = Vec::new();
+        let mut service = |name: &'static str, extra: Vec<String>| {
+            let port = free_port();
+            let mut args: Vec<String> = vec![
+                "--listen".into(),
+                SocketAddr::from(([127, 0, 0, 1], port)).to_string(),
+                "--data-dir".into(),
+                dir.path().join(name).display().to_string(),
+                "--write-tokens-file".into(),
+                token_file.display().to_string(),
+                "--migrate-on-start".into(),
+                "true".into(),
+                "--shutdown-delay-secs".into(),
+                "0".into(),
+            ];
+            if engine == Engine::Cassandra {
+                let keyspace = TestKeyspace::new(&format!("it_{}", name.replace('-', "_")));
+                args.extend(["--cassandra".into(), keyspace.node().to_owned(), "--keyspace".into(), keyspace.name().to_owned()]);
+                keyspaces.push(keyspace);
+            }
+            args.extend(extra);
+            let mut env = vec![("RUST_LOG".to_owned(), "warn".to_owned())];
+            if let Some(endpoint) = &options.otlp_endpoint {
+                env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.clone()));
+                // Spans leave within a fifth of a second instead of five.
+                env.push(("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()));
+            }
+            ServiceProcess { name, port, args, env, log: dir.path().join(format!("{name}.log")), child: None }
+        };
+        let mut old = service("old-store", vec![]);
+        let mut graph = service("dependency-graph", vec![]);
+        let current_extra = vec![
+            "--old-store-url".into(),
+            old.url(""),
+            "--graph-url".into(),
+            graph.url(""),
+            "--notify-graph".into(),
+            "--peer-token-file".into(),
+            token_file.display().to_string(),
+            "--grace-ttl".into(),
+            options.grace_ttl_secs.to_string(),
+        ];
+        let mut current = service("current-store", current_extra);
+        old.start().await;
+        graph.start().await;
+        current.start().await;
+        System { engine, token, current, old, graph, http: reqwest::Client::new(), token_file, _keyspaces: keyspaces, dir }
+    }
+
+    /// Runs the janitor binary to completion against the three services and
+    /// returns its exit and output (the last stdout line is its JSON summary).
+    pub fn janitor(&self, extra: &[&str]) -> Output {
+        Command::new(binary("revstore-janitor"))
+            .args(["--current-store-url", &self.current.url(""), "--old-store-url", &self.old.url(""), "--graph-url", &self.graph.url("")])
+            .args(["--peer-token-file", &self.token_file.display().to_string()])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .env_remove("REVSTORE_CASSANDRA")
+            .output()
+            .expect("run revstore-janitor")
+    }
+
+    /// The directory holding the services' data and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Waits until `check` holds, polling; fails the test after `limit`.
+pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One span as a service exported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedSpan {
+    /// The exporting process's `service.name`.
+    pub service: String,
+    /// Hex, as in `traceparent`.
+    pub trace_id: String,
+    pub name: String,
+}
+
+/// An OTLP/HTTP trace receiver (`POST /v1/traces`, protobuf), keeping every
+/// span it is sent.
+#[derive(Debug)]
+pub struct OtlpReceiver {
+    pub endpoint: String,
+    spans: Arc<Mutex<Vec<ExportedSpan>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl OtlpReceiver {
+    pub async fn start() -> OtlpReceiver {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message;
+
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let kept = spans.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+                        return axum::http::StatusCode::BAD_REQUEST;
+                    };
+                    let mut kept = kept.lock().expect("spans");
+                    for resource in request.resource_spans {
+                        let service = resource
+                            .resource
+                            .iter()
+                            .flat_map(|r| &r.attributes)
+                            .find(|a| a.key == "service.name")
+                            .and_then(|a| a.value.as_ref())
+                            .and_then(|v| match &v.value {
+                                Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
+                        for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
+                            let trace_id = span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+                            kept.push(ExportedSpan { service: service.clone(), trace_id, name: span.name });
+                        }
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        OtlpReceiver { endpoint, spans, server }
+    }
+
+    /// The spans received so far.
+    pub fn spans(&self) -> Vec<ExportedSpan> {
+        self.spans.lock().expect("spans").clone()
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
