@@ -196,7 +196,8 @@ pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) 
         // Every service keeps the janitor's lease and checkpoints for its own tables.
         let outcomes = store.migrate(&[schema, &revstore_schema::version::JANITOR]).await.map_err(|e| format!("schema migration: {e}"))?;
         for (component, outcome) in outcomes {
-            tracing::info!(component, %outcome, "schema");
+            // `service` names the process's service: every service also keeps the janitor's component.
+            tracing::info!(service = schema.name, component, %outcome, "schema");
         }
     }
     Ok(store)

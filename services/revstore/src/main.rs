@@ -14,6 +14,11 @@
 //! `revstore import DUMP` loads a MediaWiki XML history dump into the running
 //! system: every revision into old-store, each page's template dependencies
 //! into the graph (`revstore_dump_import`).
+//!
+//! `revstore backup DATA_DIR DEST` copies the embedded databases while the
+//! services run; `revstore restore DEST DATA_DIR` puts them back into an
+//! empty data directory, the services stopped
+//! (`revstore_storage::embedded::backup`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -41,6 +46,22 @@ enum Command {
     /// running system: revisions into old-store, each page's templates into
     /// the dependency graph.
     Import(revstore_dump_import::cli::ImportArgs),
+    /// Copies every embedded database of a data directory (`revstore up`'s or
+    /// one service's) into a new directory, while the services run.
+    Backup {
+        /// The data directory to back up.
+        data_dir: PathBuf,
+        /// A new (or empty) directory for the copy.
+        destination: PathBuf,
+    },
+    /// Copies a backup into an empty data directory; the services using it
+    /// must be stopped.
+    Restore {
+        /// A directory made by `revstore backup`.
+        backup: PathBuf,
+        /// The data directory to restore into (new, or holding no database).
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -67,6 +88,12 @@ async fn main() -> ExitCode {
     let args = match revstore_service::parse_args_or_exit::<Cli>().command {
         Command::Up(args) => args,
         Command::Import(args) => return revstore_dump_import::cli::run(args).await,
+        Command::Backup { data_dir, destination } => {
+            return copy("backup", move || revstore_storage::embedded::backup::backup(&data_dir, &destination)).await;
+        }
+        Command::Restore { backup, data_dir } => {
+            return copy("restore", move || revstore_storage::embedded::backup::restore(&backup, &data_dir)).await;
+        }
     };
     let telemetry = match revstore_telemetry::init("revstore") {
         Ok(guard) => guard,
@@ -85,6 +112,41 @@ async fn main() -> ExitCode {
     };
     telemetry.shutdown();
     code
+}
+
+/// Runs a backup or a restore and reports it: exit 0, 65 for a refused
+/// request (not empty, not a backup), 75 when a directory is in use or
+/// cannot be read or written.
+async fn copy(
+    what: &str,
+    run: impl FnOnce() -> Result<revstore_storage::embedded::backup::Copied, revstore_storage::StoreError> + Send + 'static,
+) -> ExitCode {
+    let started = std::time::Instant::now();
+    match tokio::task::spawn_blocking(run).await {
+        Ok(Ok(copied)) => {
+            let databases: Vec<String> = copied.databases.iter().map(|d| d.display().to_string()).collect();
+            eprintln!(
+                "revstore {what}: {} database(s), {:.1} MB, {:.1} s: {}",
+                databases.len(),
+                copied.bytes as f64 / 1e6,
+                started.elapsed().as_secs_f64(),
+                databases.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(revstore_storage::StoreError::Invalid(reason))) => {
+            eprintln!("revstore {what}: {reason}");
+            ExitCode::from(65)
+        }
+        Ok(Err(e)) => {
+            eprintln!("revstore {what}: {e}");
+            ExitCode::from(75)
+        }
+        Err(e) => {
+            eprintln!("revstore {what}: {e}");
+            ExitCode::from(70)
+        }
+    }
 }
 
 async fn up(args: UpArgs) -> Result<(), BoxError> {

@@ -230,3 +230,59 @@ fn import_without_a_token_or_a_readable_dump_fails_clearly() {
     assert_eq!(output.status.code(), Some(66), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("not-a-dump.xml.bz2"), "{output:?}");
 }
+
+/// `revstore backup` and `revstore restore` as OPERATIONS.md gives them.
+fn revstore(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_revstore")).args(args).output().expect("run revstore")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_while_up_restores_the_system_as_it_was() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let (mut running, current, _old, _graph) = up(&data).await;
+    let token = std::fs::read_to_string(data.join("write-token")).expect("token").trim().to_owned();
+    let http = reqwest::Client::new();
+    let write = |rev: u64, html: &'static str| {
+        let request = http
+            .post(format!("http://127.0.0.1:{current}/en.wikipedia.org/v1/page/Backed_up/{rev}"))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .body(format!(r#"{{"html":"{html}","data-parsoid":{{}},"section-offsets":{{}}}}"#))
+            .send();
+        async move { assert_eq!(request.await.expect("write").status(), 201) }
+    };
+    write(1, "<p>before the backup</p>").await;
+
+    // Taken while the services run and write.
+    let backup = dir.path().join("backup");
+    let taken = revstore(&["backup".as_ref(), data.as_os_str(), backup.as_os_str()]);
+    assert!(taken.status.success(), "{taken:?}");
+    let report = String::from_utf8_lossy(&taken.stderr);
+    for service in ["current-store", "dependency-graph", "old-store"] {
+        assert!(report.contains(&format!("{service}/revstore.db")), "{report}");
+    }
+    write(2, "<p>after the backup</p>").await;
+    // Never over an existing backup, never into a running system.
+    assert_eq!(revstore(&["backup".as_ref(), data.as_os_str(), backup.as_os_str()]).status.code(), Some(65));
+    assert_eq!(revstore(&["restore".as_ref(), backup.as_os_str(), data.as_os_str()]).status.code(), Some(75));
+
+    let pid = running.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let _ = running.0.wait();
+
+    let restored = dir.path().join("restored");
+    let put_back = revstore(&["restore".as_ref(), backup.as_os_str(), restored.as_os_str()]);
+    assert!(put_back.status.success(), "{put_back:?}");
+    let (_running, current, _old, _graph) = up(&restored).await;
+    assert_eq!(std::fs::read_to_string(restored.join("write-token")).expect("token").trim(), token, "the token comes back too");
+    let latest = http
+        .get(format!("http://127.0.0.1:{current}/en.wikipedia.org/v1/page/html/Backed_up"))
+        .send()
+        .await
+        .expect("read")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(latest, "<p>before the backup</p>", "the system as it was when the backup was taken");
+}

@@ -13,6 +13,7 @@
 //! The database can be inspected with the `sqlite3` command-line tool; see
 //! [`layout`] for what its tables hold.
 
+pub mod backup;
 pub(crate) mod layout;
 pub(crate) mod query;
 mod writer;
