@@ -110,7 +110,7 @@ impl Platform {
     /// Runs a background worker until it is done or the service shuts down
     /// (see [`crate::worker`]).
     pub fn spawn_worker<W: Worker>(&self, worker: W) -> WorkerStatus {
-        let (status, handle) = crate::worker::spawn_worker(worker, self.inner.stop_workers.clone());
+        let (status, handle) = crate::worker::spawn_worker(self.inner.service, worker, self.inner.stop_workers.clone());
         self.inner.workers.lock().unwrap_or_else(|p| p.into_inner()).push((status.clone(), handle));
         status
     }

@@ -78,6 +78,9 @@ pub fn failure_pause(failures: u32) -> Duration {
 /// a row. Cheap to clone; read by `/readyz` and by tests.
 #[derive(Debug, Clone)]
 pub struct WorkerStatus {
+    /// The service it works for, named in its log lines (several services
+    /// share one process under `revstore up`).
+    service: &'static str,
     name: &'static str,
     inner: Arc<Mutex<StatusInner>>,
 }
@@ -89,8 +92,9 @@ struct StatusInner {
 }
 
 impl WorkerStatus {
-    fn new(name: &'static str) -> Self {
-        let status = WorkerStatus { name, inner: Arc::new(Mutex::new(StatusInner { state: WorkerState::Busy, failures_in_a_row: 0 })) };
+    fn new(service: &'static str, name: &'static str) -> Self {
+        let status =
+            WorkerStatus { service, name, inner: Arc::new(Mutex::new(StatusInner { state: WorkerState::Busy, failures_in_a_row: 0 })) };
         status.set_state(WorkerState::Busy);
         status
     }
@@ -119,9 +123,9 @@ impl WorkerStatus {
     }
 }
 
-/// Starts `worker` on the runtime; see [`run_worker`].
-pub fn spawn_worker<W: Worker>(worker: W, stop: CancellationToken) -> (WorkerStatus, tokio::task::JoinHandle<()>) {
-    let status = WorkerStatus::new(worker.name());
+/// Starts `worker` of `service` on the runtime; see [`run_worker`].
+pub fn spawn_worker<W: Worker>(service: &'static str, worker: W, stop: CancellationToken) -> (WorkerStatus, tokio::task::JoinHandle<()>) {
+    let status = WorkerStatus::new(service, worker.name());
     let handle = tokio::spawn(run_worker(worker, stop, status.clone()));
     (status, handle)
 }
@@ -130,6 +134,7 @@ pub fn spawn_worker<W: Worker>(worker: W, stop: CancellationToken) -> (WorkerSta
 /// documentation).
 pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, status: WorkerStatus) {
     let name = worker.name();
+    let service = status.service;
     let mut failures: u32 = 0;
     loop {
         if stop.is_cancelled() {
@@ -143,7 +148,7 @@ pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, statu
             Ok(state) => {
                 metrics::counter!("worker_steps_total", "worker" => name, "outcome" => state.name()).increment(1);
                 if failures > 0 {
-                    tracing::info!(worker = name, failures, "worker steps succeed again");
+                    tracing::info!(service, worker = name, failures, "worker steps succeed again");
                     failures = 0;
                     status.set_failures(0);
                 }
@@ -165,9 +170,9 @@ pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, statu
                 status.set_failures(failures);
                 let pause = failure_pause(failures);
                 if failures == 1 {
-                    tracing::warn!(worker = name, error = %error, "worker step failed; retrying with a growing pause, logged again once steps succeed");
+                    tracing::warn!(service, worker = name, error = %error, "worker step failed; retrying with a growing pause, logged again once steps succeed");
                 } else {
-                    tracing::debug!(worker = name, error = %error, pause_secs = pause.as_secs_f64(), "worker step failed again");
+                    tracing::debug!(service, worker = name, error = %error, pause_secs = pause.as_secs_f64(), "worker step failed again");
                 }
                 tokio::select! {
                     () = stop.cancelled() => break,
@@ -240,7 +245,7 @@ mod tests {
     async fn failures_pause_then_busy_steps_run_back_to_back_then_idle_waits_for_a_wake_up() {
         let (worker, steps, wake) = scripted(3, 2, 1);
         let started = tokio::time::Instant::now();
-        let (status, handle) = spawn_worker(worker, CancellationToken::new());
+        let (status, handle) = spawn_worker("test", worker, CancellationToken::new());
         // Three failures: pauses of 0.5 + 1 + 2 s, then two busy steps and an idle one.
         while status.state() != WorkerState::Idle {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -263,7 +268,7 @@ mod tests {
         for (fail, idle) in [(5, 0), (0, 5)] {
             let (worker, steps, _wake) = scripted(fail, 0, idle);
             let stop = CancellationToken::new();
-            let (status, handle) = spawn_worker(worker, stop.clone());
+            let (status, handle) = spawn_worker("test", worker, stop.clone());
             tokio::time::sleep(Duration::from_millis(10)).await;
             stop.cancel();
             handle.await.unwrap();

@@ -113,7 +113,7 @@ impl ServiceDefinition for CurrentStore {
             let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
             platform.spawn_worker(outbox::Delivery::new(store, receivers));
         } else {
-            tracing::warn!("no --old-store-url: first renders wait in the outbox until one is configured");
+            tracing::warn!(service = "current-store", "no --old-store-url: first renders wait in the outbox until one is configured");
         }
         let sweeps = janitor::sweeps(&pages, old_store.clone());
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };

@@ -113,7 +113,7 @@ impl Worker for Delivery {
             }
         }
         if delivered > 0 {
-            tracing::info!(delivered, "outbox delivered");
+            tracing::info!(service = "current-store", delivered, "outbox delivered");
         }
         if let Some(first) = failed.first() {
             return Err(format!("outbox delivery failed in {} shards ({first})", failed.len()).into());
@@ -177,6 +177,7 @@ async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Opti
     store.apply(vec![dead.into(), Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
     metrics::counter!("outbox_dead_letters_total", "kind" => bounded_kind(kind)).increment(1);
     tracing::warn!(
+        service = "current-store",
         shard,
         id = %id,
         kind = bounded_kind(kind),
@@ -369,7 +370,7 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
         moved += 1;
     }
     if moved > 0 {
-        tracing::info!(moved, "dead letters re-driven into the outbox");
+        tracing::info!(service = "current-store", moved, "dead letters re-driven into the outbox");
     }
     Ok(moved)
 }

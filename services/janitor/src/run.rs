@@ -128,7 +128,7 @@ impl Janitor {
                 });
             }
         }
-        tracing::info!(run = %self.run_id, services = self.targets.len(), "lease taken");
+        tracing::info!(job = "janitor", run = %self.run_id, services = self.targets.len(), "lease taken");
         Ok(())
     }
 
@@ -172,7 +172,7 @@ impl Janitor {
             result.seconds = task_started.elapsed().as_secs_f64();
             summary.tasks.insert(task.name(), result);
             if let Some(why) = stopped {
-                tracing::warn!(run = %self.run_id, reason = %why.reason(), "run stopped early; the next run resumes");
+                tracing::warn!(job = "janitor", run = %self.run_id, reason = %why.reason(), "run stopped early; the next run resumes");
                 summary.stopped = Some(why.reason());
                 return if matches!(why, Stop::LeaseLost(_)) { RunOutcome::Failed } else { RunOutcome::Interrupted };
             }

@@ -849,7 +849,7 @@ impl Archive {
             Ok(base) => base,
             Err(e) => {
                 // An unreadable candidate (already logged as an integrity error) is no base.
-                tracing::warn!(block = %key, base_block = block, error = %e, "base candidate unreadable; the block stands alone");
+                tracing::warn!(service = "old-store", block = %key, base_block = block, error = %e, "base candidate unreadable; the block stands alone");
                 return Ok(BaseChoice::Anchor);
             }
         };

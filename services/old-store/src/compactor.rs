@@ -206,7 +206,7 @@ impl Worker for Compaction {
         match outcome {
             CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, base } => {
                 metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
-                tracing::debug!(block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
+                tracing::debug!(service = "old-store", block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
             }
             CompactionOutcome::Cancelled => return Ok(WorkerState::Done),
             CompactionOutcome::BaseUndecided => {
@@ -264,6 +264,7 @@ impl Worker for DebtSweep {
         let report = self.archive.compactor().sweep(&self.archive).await.map_err(|e| format!("sweeping the compaction debt: {e}"))?;
         if report.blocks > 0 {
             tracing::info!(
+                service = "old-store",
                 markers = report.markers,
                 blocks = report.blocks,
                 scheduled = report.scheduled,

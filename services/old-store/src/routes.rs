@@ -247,7 +247,7 @@ async fn history(State(state): State<AppState>, Path((domain, title)): Path<(Str
         // An error ends the body early (the status line is already sent): the
         // client sees a truncated stream; the cause goes to the log.
         .map_err(|e| {
-            tracing::error!(error = %e, "history stream stopped");
+            tracing::error!(service = "old-store", error = %e, "history stream stopped");
             std::io::Error::other("history stream stopped")
         });
     let mut headers = HeaderMap::new();

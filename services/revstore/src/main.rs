@@ -184,7 +184,7 @@ async fn up(args: UpArgs) -> Result<(), BoxError> {
     let stop = CancellationToken::new();
     let every = Duration::from_secs(args.janitor_every_secs.max(1));
     let schedule = tokio::spawn(janitor_schedule(janitor, every, args.data_dir.join("janitor.json"), stop.clone()));
-    tracing::info!(current_store = %current_url, old_store = %old_url, dependency_graph = %graph_url, write_token_file = %token, "revstore is up");
+    tracing::info!(service = "revstore", current_store = %current_url, old_store = %old_url, dependency_graph = %graph_url, write_token_file = %token, "revstore is up");
     #[allow(clippy::print_stdout)]
     {
         let secret = std::fs::read_to_string(&token_file).unwrap_or_default();
@@ -235,20 +235,26 @@ fn write_token(data_dir: &Path) -> Result<PathBuf, BoxError> {
 /// Runs the janitor every `every` until `stop`, as a CronJob would; the last
 /// run's summary is kept in `summary_file`.
 async fn janitor_schedule(settings: revstore_janitor::Settings, every: Duration, summary_file: PathBuf, stop: CancellationToken) {
-    let janitor = match revstore_janitor::Janitor::new(settings) {
-        Ok(janitor) => janitor,
-        Err(e) => {
-            tracing::error!(error = %e, "the janitor cannot run");
-            return;
-        }
-    };
+    // Settings a janitor cannot run with are said at the start, not an hour later.
+    if let Err(e) = revstore_janitor::Janitor::new(settings.clone()) {
+        tracing::error!(service = "janitor", error = %e, "the janitor cannot run");
+        return;
+    }
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
+        // A janitor per run, as each CronJob run is: each has a run id of its own.
+        let janitor = match revstore_janitor::Janitor::new(settings.clone()) {
+            Ok(janitor) => janitor,
+            Err(e) => {
+                tracing::error!(service = "janitor", error = %e, "the janitor cannot run");
+                return;
+            }
+        };
         let (outcome, summary) = janitor.run(stop.clone()).await;
-        tracing::info!(outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run");
+        tracing::info!(service = "janitor", outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run");
         if let Err(e) = std::fs::write(&summary_file, serde_json::to_vec(&summary).unwrap_or_default()) {
             tracing::warn!(error = %e, file = %summary_file.display(), "cannot keep the janitor's summary");
         }

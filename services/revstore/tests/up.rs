@@ -29,10 +29,15 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: imp
 /// `revstore up` on free ports, ready: the process and the ports of
 /// current-store, old-store and the graph.
 async fn up(dir: &std::path::Path) -> (Running, u16, u16, u16) {
+    up_with(dir, &[]).await
+}
+
+async fn up_with(dir: &std::path::Path, extra: &[&str]) -> (Running, u16, u16, u16) {
     let (current, old, graph) = (free_port(), free_port(), free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_revstore"))
         .args(["up", "--data-dir", dir.to_str().expect("utf-8")])
         .args(["--current-store-port", &current.to_string(), "--old-store-port", &old.to_string(), "--graph-port", &graph.to_string()])
+        .args(extra)
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_CASSANDRA")
         .env("RUST_LOG", "warn")
@@ -285,4 +290,22 @@ async fn a_backup_taken_while_up_restores_the_system_as_it_was() {
         .await
         .expect("text");
     assert_eq!(latest, "<p>before the backup</p>", "the system as it was when the backup was taken");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_janitor_runs_on_its_schedule_each_run_complete_and_with_its_own_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_running, _current, _old, _graph) = up_with(dir.path(), &["--janitor-every-secs", "1"]).await;
+    let summary_file = dir.path().join("janitor.json");
+    let mut runs = std::collections::BTreeSet::new();
+    until("two janitor runs", || {
+        let summary: Option<serde_json::Value> = std::fs::read(&summary_file).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(summary) = summary {
+            assert_eq!(summary["status"], "completed", "{summary}");
+            runs.insert(summary["run"].as_str().expect("run id").to_owned());
+        }
+        let two = runs.len() >= 2;
+        async move { two }
+    })
+    .await;
 }
