@@ -185,7 +185,10 @@ pub async fn run_import(
             let title = revision.title.clone();
             send(Job::Revision { domain, revision }, &title)
         });
-        if let Some((title, job)) = page.take().and_then(PageSoFar::into_job) {
+        // The last page's set, once its last revision is known to be read.
+        if parsed.is_ok()
+            && let Some((title, job)) = page.take().and_then(PageSoFar::into_job)
+        {
             send(job, &title).map_err(DumpError::Stopped)?;
         }
         parsed
