@@ -1,6 +1,7 @@
 //! MediaWiki page titles, normalised the way MediaWiki stores them (the "DB key").
 //!
-//! Normalisation, in order: Unicode spaces and underscores become one space,
+//! Normalisation, in order: the text is put in Unicode NFC (as MediaWiki
+//! does first: `e` + combining acute and `é` are one page), Unicode spaces and underscores become one space,
 //! directional marks are dropped, runs of spaces fold into one, surrounding
 //! space is trimmed, the first letter is upper-cased where the site says so,
 //! and spaces become underscores. `Main page`, `main_page` and ` Main__page `
@@ -15,7 +16,10 @@
 //! Namespace rules (a namespace name alone, talk pages of special namespaces)
 //! need the wiki's namespace list and are not checked here.
 
+use std::borrow::Cow;
 use std::fmt;
+
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use crate::KeyError;
 use crate::domain::truncate_for_message;
@@ -48,9 +52,14 @@ impl Title {
     /// Normalises `input` under `rules`, or says why it is not a valid title.
     pub fn parse(input: &str, rules: TitleRules) -> Result<Self, KeyError> {
         let fail = |reason: String| KeyError::Title { input: truncate_for_message(input), reason };
-        let mut folded = String::with_capacity(input.len());
+        // Most titles are NFC already: the quick check answers without allocating.
+        let composed: Cow<str> = match is_nfc_quick(input.chars()) {
+            IsNormalized::Yes => Cow::Borrowed(input),
+            IsNormalized::No | IsNormalized::Maybe => Cow::Owned(input.nfc().collect()),
+        };
+        let mut folded = String::with_capacity(composed.len());
         let mut pending_space = false;
-        for c in input.chars() {
+        for c in composed.chars() {
             if is_title_space(c) {
                 pending_space = true;
                 continue;
@@ -189,6 +198,18 @@ mod tests {
 
     fn norm(s: &str) -> String {
         Title::parse(s, UPPER).unwrap().as_str().to_owned()
+    }
+
+    #[test]
+    fn decomposed_and_composed_forms_are_one_title() {
+        // "Café" with a combining acute accent (NFD) and with "é" (NFC).
+        let nfd = "Cafe\u{301}_cre\u{300}me";
+        assert_eq!(norm(nfd), "Caf\u{e9}_cr\u{e8}me");
+        assert_eq!(norm(nfd), norm("Caf\u{e9} cr\u{e8}me"));
+        // The first letter too: a decomposed lower-case first letter is upper-cased whole.
+        assert_eq!(norm("e\u{301}cole"), "\u{c9}cole");
+        // Hangul, composed by NFC from its jamo.
+        assert_eq!(norm("\u{1112}\u{1161}\u{11ab}"), "\u{d55c}");
     }
 
     #[test]

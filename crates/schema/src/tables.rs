@@ -351,6 +351,9 @@ pub mod dependency_graph {
         pub const PAGE: &str = "page";
         pub const SELECTOR: &str = "selector";
         pub const CHANGED_AT: &str = "changed_at";
+        pub const HOLDER: &str = "holder";
+        pub const HELD_UNTIL: &str = "held_until";
+        pub const CLOCK: &str = "clock";
     }
 
     /// What a page depends on: one row per (priority, type, parent), push first.
@@ -427,7 +430,27 @@ pub mod dependency_graph {
         comment: "the latest change of each page, by type and selector",
     };
 
-    pub static TABLES: [&TableDef; 4] = [&DEPENDENCIES, &DEPENDENTS, &DEPENDENT_BUCKETS, &CHANGES];
+    /// Who is changing a page's edges now, and the page's write clock.
+    /// Every change of a page's edges first takes this row by a conditional
+    /// write, so changes of one page never interleave, and each takes a write
+    /// timestamp above every earlier one's, whatever the writers' clocks.
+    /// Added in dependency-graph schema 7.
+    pub static PAGE_WRITERS: TableDef = TableDef {
+        name: "graph_page_writers",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::CHILD, Text),
+            C::regular(col::HOLDER, Text),
+            C::regular(col::HELD_UNTIL, Timestamp),
+            // Microseconds: the write timestamp the page's last change took.
+            C::regular(col::CLOCK, BigInt),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "one writer at a time per page, and the page's write clock",
+    };
+
+    pub static TABLES: [&TableDef; 5] = [&DEPENDENCIES, &DEPENDENTS, &DEPENDENT_BUCKETS, &CHANGES, &PAGE_WRITERS];
 }
 
 /// janitor: resumable sweeps and a lease so two runs never overlap.
@@ -465,7 +488,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 18] = [
+pub static ALL_TABLES: [&TableDef; 19] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -482,6 +505,7 @@ pub static ALL_TABLES: [&TableDef; 18] = [
     &dependency_graph::DEPENDENTS,
     &dependency_graph::DEPENDENT_BUCKETS,
     &dependency_graph::CHANGES,
+    &dependency_graph::PAGE_WRITERS,
     &janitor::CHECKPOINTS,
     &janitor::LEASES,
 ];

@@ -42,6 +42,8 @@ pub struct ApiError {
     /// What the logs are told (server errors only); never sent.
     cause: Option<String>,
     www_authenticate: bool,
+    /// Seconds after which a retry may succeed (`Retry-After`), for 503s.
+    retry_after: Option<u32>,
 }
 
 /// The detail of every server error whose cause is only for the logs.
@@ -49,7 +51,7 @@ const SEE_THE_LOGS: &str = "the request id leads to the details in the logs";
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
-        ApiError { status, kind, detail: detail.into(), cause: None, www_authenticate: false }
+        ApiError { status, kind, detail: detail.into(), cause: None, www_authenticate: false, retry_after: None }
     }
 
     /// 400: the request is malformed or names something invalid.
@@ -104,6 +106,12 @@ impl ApiError {
                 format!("{dependency} is unavailable; retry later ({SEE_THE_LOGS})"),
             )
         }
+    }
+
+    /// Tells the client, in `Retry-After`, when a retry may succeed.
+    pub fn with_retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// Keeps `cause` for the logs (server errors); the client sees only the detail.
@@ -161,6 +169,9 @@ impl IntoResponse for ApiError {
         let mut response = problem_response(self.status, self.kind, self.detail, None);
         if self.www_authenticate {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }
