@@ -142,9 +142,14 @@ pub struct PendingItem {
 /// The answer of a pull check: whether the page is stale, and what is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Pending {
+    /// On the first page: whether anything of the page is stale. On a page
+    /// after it: whether this page holds items or others follow.
     pub needs_update: bool,
-    /// Priority ascending (pull first).
+    /// Priority ascending (pull first); within a priority, by type and parent descending.
     pub items: Vec<PendingItem>,
+    /// Present when more stale items follow: pass it back as `cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// The body of `POST /{domain}/v1/updated/{child}`.

@@ -139,6 +139,7 @@ macro_rules! conformance_suite {
     ($subject:path, $attr:tt) => {
         $crate::conformance_suite!(@cases $subject, $attr;
             ordered_reads_with_mixed_clustering_orders,
+            reads_resume_after_any_row_in_either_order,
             inclusive_and_exclusive_bounds,
             paging_resumes_exactly_while_rows_are_inserted,
             page_tokens_are_bound_to_their_listing,
@@ -241,6 +242,26 @@ pub async fn ordered_reads_with_mixed_clustering_orders(s: &Subject) {
     let read: Vec<uuid::Uuid> = rows.iter().map(|r| r.timeuuid("t").expect("t")).collect();
     tids.reverse();
     assert_eq!(read, tids.iter().map(Tid::uuid).collect::<Vec<_>>(), "newest tid first");
+}
+
+pub async fn reads_resume_after_any_row_in_either_order(s: &Subject) {
+    // A (DESC) then b (ASC): resuming after each row, in each order, reads
+    // exactly the rows that follow it.
+    for a in 1..=3 {
+        for b in ["x", "y", "z"] {
+            s.store.write(mixed_row(a, b)).await.expect("write");
+        }
+    }
+    for order in [ReadOrder::Clustering, ReadOrder::Reversed] {
+        let all = keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).order(order)).await);
+        for (i, (a, b)) in all.iter().enumerate() {
+            let mut after = Vec::new();
+            for slice in crate::ops::slices_after(&MIXED, &[int(*a), text(b)], order) {
+                after.extend(keys_ab(&read_all(&s.store, ReadQuery::new(&MIXED, [text("p")]).slice(slice).order(order)).await));
+            }
+            assert_eq!(after, all[i + 1..], "{order:?}, after ({a}, {b})");
+        }
+    }
 }
 
 pub async fn inclusive_and_exclusive_bounds(s: &Subject) {

@@ -40,7 +40,7 @@ pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
     Cas, CasOutcome, Condition, Delete, DeleteTarget, Holdings, Page, PurgeStats, ReadOrder, ReadQuery, ScanPage, ScanPosition, ScanQuery,
-    ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write,
+    ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write, slices_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store, row_bytes};

@@ -212,6 +212,24 @@ impl Slice {
     }
 }
 
+/// The slices that hold, one after the other and each read in `order`,
+/// exactly the rows of a partition that come after the row whose full
+/// clustering key is `key`: the rest of the key's last clustering value
+/// first, then the rest of each shorter prefix. A listing resumes from its
+/// own cursor with them wherever it cut its page.
+pub fn slices_after(table: &TableDef, key: &[Value], order: ReadOrder) -> Vec<Slice> {
+    let clustering: Vec<_> = table.clustering().collect();
+    (0..key.len().min(clustering.len()))
+        .rev()
+        .map(|i| {
+            let ascending = matches!(clustering[i].1, revstore_schema::Order::Asc) == (order == ReadOrder::Clustering);
+            let slice = Slice::prefix(key[..i].iter().cloned());
+            let past = Bound::Excluded(key[i].clone());
+            if ascending { slice.lower(past) } else { slice.upper(past) }
+        })
+        .collect()
+}
+
 /// The order rows come back in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadOrder {

@@ -14,6 +14,9 @@ pub enum GraphError {
     /// A dependency set over the configured limit.
     #[error("{given} edges is more than the {max} one page may have (REVSTORE_GRAPH_MAX_EDGES)")]
     TooManyEdges { given: usize, max: usize },
+    /// The page's edges stayed held by other writers for as long as a writer waits.
+    #[error("the page's dependencies are being changed by other writers; retry shortly")]
+    Busy,
     /// A stored row that does not decode.
     #[error("{0}")]
     Corrupt(String),
@@ -45,6 +48,7 @@ impl From<GraphError> for ApiError {
             GraphError::Store(e) => e.into(),
             GraphError::Invalid(detail) => ApiError::bad_request(detail),
             e @ GraphError::TooManyEdges { .. } => ApiError::payload_too_large(e.to_string()),
+            e @ GraphError::Busy => ApiError::unavailable(e.to_string()).with_retry_after(1),
             e @ (GraphError::Corrupt(_) | GraphError::Internal(_)) => ApiError::internal(e),
         }
     }

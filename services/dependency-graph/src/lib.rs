@@ -15,6 +15,7 @@
 //! - [`consistency`]: the check of the two directions against each other,
 //!   and their repair, a bounded step at a time.
 //! - [`janitor`]: the sweeps it offers the janitor (graph repair, audit).
+//! - [`writer`]: one writer at a time per page, and the page's write clock.
 //! - [`error`]: what the graph's operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 
@@ -23,6 +24,7 @@ pub mod error;
 pub mod graph;
 pub mod janitor;
 pub mod routes;
+mod writer;
 
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
