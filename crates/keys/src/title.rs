@@ -53,7 +53,7 @@ impl Title {
     pub fn parse(input: &str, rules: TitleRules) -> Result<Self, KeyError> {
         let fail = |reason: String| KeyError::Title { input: truncate_for_message(input), reason };
         // Most titles are NFC already: the quick check answers without allocating.
-        let composed: Cow<str> = match is_nfc_quick(input.chars()) {
+        let composed: Cow<'_, str> = match is_nfc_quick(input.chars()) {
             IsNormalized::Yes => Cow::Borrowed(input),
             IsNormalized::No | IsNormalized::Maybe => Cow::Owned(input.nfc().collect()),
         };

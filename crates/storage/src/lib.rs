@@ -43,5 +43,5 @@ pub use ops::{
     ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write, slices_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
-pub use store::{Engine, EngineKind, Store, row_bytes};
+pub use store::{Engine, EngineKind, Store, clustering_key, row_bytes};
 pub use value::{Row, Value};

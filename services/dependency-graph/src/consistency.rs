@@ -1,23 +1,34 @@
-//! The check of the graph's two directions against each other: the
-//! janitor's bounded step (`GET /admin/graph/consistency`).
+//! The check of the graph's tables against each other, and their repair: the
+//! janitor's `graph` task and `GET /admin/graph/consistency`, a bounded step
+//! at a time.
 //!
-//! Both rows of an edge are written in one batch, so they diverge only by a
-//! bug, an operator's hand, or data restored from backups taken apart. A step
-//! scans up to `limit` partitions of one table in token order from a
+//! Both rows of an edge are written in one batch by a writer holding the
+//! page, so they diverge only by a bug, an operator's hand, or data restored
+//! from backups taken apart. A step scans one table in token order from a
 //! position, looks every edge found up in the other table, and answers what
-//! is missing and where the next step starts; the janitor keeps that
-//! position as its checkpoint.
+//! is missing and where the next step starts; the janitor keeps that position
+//! as its checkpoint. The directory pass then prunes the entries of emptied
+//! (priority, bucket) partitions, which listings would otherwise read forever.
+//!
+//! A step is bounded in rows as well as partitions, and can stop inside a
+//! partition (a template's bucket may hold hundreds of thousands of
+//! dependents) and resume after the last row it checked.
+//!
+//! A repair holds the page it repairs and looks again before it writes: the
+//! page's dependencies are what its client last wrote, so they are the
+//! truth, and nothing a client removed comes back.
 
-use futures_util::TryStreamExt;
-use revstore_keys::Domain;
-use revstore_keys::rfc3339;
+use revstore_keys::{Domain, rfc3339};
 use revstore_schema::TableDef;
-use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENTS, col};
-use revstore_storage::{Delete, ReadQuery, Row, ScanPosition, ScanQuery, Slice, Value, Write};
+use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENT_BUCKETS, DEPENDENTS, col};
+use revstore_storage::value::{decode_values, encode_values};
+use revstore_storage::{
+    Delete, ReadOrder, ReadQuery, Row, ScanPosition, ScanQuery, Slice, StoreError, Upsert, Value, clustering_key, slices_after,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::GraphError;
-use crate::graph::{Graph, StoredEdge, bucket};
+use crate::graph::{Graph, StoredEdge, bucket, now_micros};
 
 /// Which table a step scans (the other is where it looks edges up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -27,6 +38,14 @@ pub enum Direction {
     Dependencies,
     /// Scan parents' dependents; look each up among its child's dependencies.
     Dependents,
+}
+
+/// The passes of the janitor's `graph` task, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    Edges(Direction),
+    /// Directory entries of emptied partitions, pruned.
+    Directory,
 }
 
 /// An edge one table has and the other lacks.
@@ -58,194 +77,368 @@ pub struct ConsistencyStep {
 const MAX_REPORTED: usize = 1000;
 
 /// Rows of one partition looked up in the other table per call.
-const LOOKUP_CHUNK: usize = 1000;
+const LOOKUP_CHUNK: u64 = 1000;
 
-/// What a scan of one table found.
-struct OneSided {
-    partitions: u64,
-    edges: u64,
-    /// Edges the other table lacks (all counted; the first `keep` listed).
-    missing: u64,
-    listed: Vec<OneSidedEdge>,
-    /// Edges repaired (`Repair::Apply` only).
-    repaired: u64,
-    next: Option<ScanPosition>,
+/// Rows a step may check per partition of its budget: a step of the
+/// janitor's default 100 partitions checks at most 10,000 rows, a few tens
+/// of milliseconds of work, however large the partitions are.
+pub(crate) const ROWS_PER_BUDGET_PARTITION: u64 = 100;
+
+/// Where a scan of one table stands: after the last partition it finished,
+/// and, when it stopped inside a partition, that partition and the last row
+/// it checked there.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct ScanCut {
+    pub after: Option<ScanPosition>,
+    pub inside: Option<(ScanPosition, Vec<Value>)>,
 }
 
-/// What to do with one-sided edges besides counting them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Repair {
-    No,
-    Apply,
+/// A position's string form: `r` and the hex of its bytes; a plain scan
+/// position in hex (what steps answered before they could stop inside a
+/// partition) is read too.
+impl std::fmt::Display for ScanCut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("r")?;
+        self.to_bytes().iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::str::FromStr for ScanCut {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        let Some(hex) = s.strip_prefix('r') else { return Ok(ScanCut { after: Some(s.parse()?), inside: None }) };
+        let bad = || StoreError::invalid("not a consistency position");
+        if !hex.len().is_multiple_of(2) || !hex.is_ascii() {
+            return Err(bad());
+        }
+        let bytes =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
+        ScanCut::from_bytes(&bytes)
+    }
+}
+
+impl ScanCut {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let blob = |bytes: Option<Vec<u8>>| bytes.map_or(Value::Null, Value::Blob);
+        encode_values(&[
+            blob(self.after.as_ref().map(ScanPosition::to_bytes)),
+            blob(self.inside.as_ref().map(|(p, _)| p.to_bytes())),
+            blob(self.inside.as_ref().map(|(_, last)| encode_values(last))),
+        ])
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StoreError> {
+        let bad = || StoreError::invalid("not a consistency position");
+        let values = decode_values(bytes).map_err(|_| bad())?;
+        let [after, partition, last] = values.as_slice() else { return Err(bad()) };
+        let position = |v: &Value| match v {
+            Value::Null => Ok(None),
+            Value::Blob(b) => ScanPosition::from_bytes(b).map(Some),
+            _ => Err(bad()),
+        };
+        let inside = match (position(partition)?, last) {
+            (None, Value::Null) => None,
+            (Some(p), Value::Blob(b)) => Some((p, decode_values(b).map_err(|_| bad())?)),
+            _ => return Err(bad()),
+        };
+        Ok(ScanCut { after: position(after)?, inside })
+    }
+}
+
+/// What a step may do: partitions started and rows checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    pub partitions: u32,
+    pub rows: u64,
+}
+
+impl Budget {
+    pub(crate) fn of_partitions(partitions: u32) -> Self {
+        Budget { partitions, rows: u64::from(partitions) * ROWS_PER_BUDGET_PARTITION }
+    }
+}
+
+/// What a step found.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    pub partitions: u64,
+    pub rows: u64,
+    /// Rows out of step (one-sided edges, ghost rows, emptied directory entries), all counted.
+    pub one_sided: u64,
+    /// The first of them, up to the step's `keep`.
+    pub listed: Vec<OneSidedEdge>,
+    /// Fixed (`repair` only).
+    pub repaired: u64,
+    /// Where the next step starts; `None`: the table is done.
+    pub next: Option<ScanCut>,
+}
+
+impl Pass {
+    fn table(self) -> &'static TableDef {
+        match self {
+            Pass::Edges(Direction::Dependencies) => &DEPENDENCIES,
+            Pass::Edges(Direction::Dependents) => &DEPENDENTS,
+            Pass::Directory => &DEPENDENT_BUCKETS,
+        }
+    }
 }
 
 impl Direction {
-    fn table(self) -> &'static TableDef {
-        match self {
-            Direction::Dependencies => &DEPENDENCIES,
-            Direction::Dependents => &DEPENDENTS,
-        }
-    }
-
     /// The read that finds an edge's row in the other table.
     fn twin(self, edge: &OneSidedEdge) -> ReadQuery {
-        let d = Value::from(edge.domain.as_str());
-        let query = match self {
-            Direction::Dependencies => ReadQuery::new(
-                &DEPENDENTS,
-                [
-                    d,
-                    Value::from(edge.parent.as_str()),
-                    Value::from(edge.kind.as_str()),
-                    Value::from(edge.priority),
-                    Value::from(bucket(&edge.child)),
-                ],
-            )
-            .slice(Slice::prefix([Value::from(edge.child.as_str())])),
-            Direction::Dependents => ReadQuery::new(&DEPENDENCIES, [d, Value::from(edge.child.as_str())]).slice(Slice::prefix([
-                Value::from(edge.priority),
-                Value::from(edge.kind.as_str()),
-                Value::from(edge.parent.as_str()),
-            ])),
-        };
-        query.columns([col::CREATED]).limit(1)
+        match self {
+            Direction::Dependencies => dependents_row(edge),
+            Direction::Dependents => dependencies_row(edge),
+        }
+        .columns([col::CREATED])
+        .limit(1)
     }
+}
 
-    /// The writes that make a one-sided edge consistent. A page's
-    /// dependencies are what its client last wrote, so they are the truth:
-    /// an edge only they have gets its dependents row (and directory entry)
-    /// back; a dependents row whose child no longer lists the edge (a page
-    /// removed or replaced halfway) is dropped.
-    fn repair(self, edge: &OneSidedEdge, row: &Row) -> Result<Vec<Write>, GraphError> {
-        let domain = Domain::parse(&edge.domain)
-            .map_err(|_| GraphError::Corrupt(format!("a stored domain that does not parse: {:?}", edge.domain)))?;
-        Ok(match self {
-            Direction::Dependencies => Graph::put_edge(&domain, &edge.child, &StoredEdge::of(row)?, &[]),
-            Direction::Dependents => vec![
-                Delete::row(
-                    &DEPENDENTS,
-                    [
-                        Value::from(edge.domain.as_str()),
-                        Value::from(edge.parent.as_str()),
-                        Value::from(edge.kind.as_str()),
-                        Value::from(edge.priority),
-                        Value::from(bucket(&edge.child)),
-                    ],
-                    [Value::from(edge.child.as_str())],
-                )
-                .into(),
-            ],
-        })
-    }
+/// The read of an edge's `graph_dependents` row.
+fn dependents_row(edge: &OneSidedEdge) -> ReadQuery {
+    ReadQuery::new(
+        &DEPENDENTS,
+        [
+            Value::from(edge.domain.as_str()),
+            Value::from(edge.parent.as_str()),
+            Value::from(edge.kind.as_str()),
+            Value::from(edge.priority),
+            Value::from(bucket(&edge.child)),
+        ],
+    )
+    .slice(Slice::prefix([Value::from(edge.child.as_str())]))
+}
+
+/// The read of an edge's `graph_dependencies` row.
+fn dependencies_row(edge: &OneSidedEdge) -> ReadQuery {
+    ReadQuery::new(&DEPENDENCIES, [Value::from(edge.domain.as_str()), Value::from(edge.child.as_str())]).slice(Slice::prefix([
+        Value::from(edge.priority),
+        Value::from(edge.kind.as_str()),
+        Value::from(edge.parent.as_str()),
+    ]))
+}
+
+enum Partition {
+    Done,
+    /// Stopped after this row.
+    Cut(Vec<Value>),
 }
 
 impl Graph {
     /// One step of the check (see the module documentation).
     pub async fn check(&self, direction: Direction, after: Option<&str>, limit: u32) -> Result<ConsistencyStep, GraphError> {
-        let after = after.map(str::parse::<ScanPosition>).transpose()?;
-        let found = self.one_sided(direction, after, limit, Repair::No, MAX_REPORTED).await?;
+        let from = after.map(str::parse::<ScanCut>).transpose()?.unwrap_or_default();
+        let found = self.sweep(Pass::Edges(direction), from, Budget::of_partitions(limit), false, MAX_REPORTED).await?;
         Ok(ConsistencyStep {
             direction,
             partitions: found.partitions,
-            edges: found.edges,
+            edges: found.rows,
             missing: found.listed,
             next: found.next.map(|p| p.to_string()),
             checked_at: rfc3339(std::time::SystemTime::now()),
         })
     }
 
-    /// Up to `limit` partitions of one direction's table after `after`, and
-    /// the edges among them the other table lacks, repaired if asked.
-    /// Lookups go a chunk of rows at a time, so a parent with a million
-    /// dependents costs a thousand multi-partition reads, not a million.
-    async fn one_sided(
-        &self,
-        direction: Direction,
-        after: Option<ScanPosition>,
-        limit: u32,
-        repair: Repair,
-        keep: usize,
-    ) -> Result<OneSided, GraphError> {
-        let table = direction.table();
-        let scanned = self.store().scan_range(&ScanQuery::new(table, limit).after(after)).await?;
-        let mut result = OneSided {
-            partitions: scanned.partitions.len() as u64,
-            edges: 0,
-            missing: 0,
-            listed: Vec::new(),
-            repaired: 0,
-            next: scanned.next,
-        };
-        for partition in &scanned.partitions {
-            let mut rows = std::pin::pin!(self.store().rows(ReadQuery::new(table, partition.key.clone()).limit(LOOKUP_CHUNK as u32)));
-            let mut chunk = Vec::with_capacity(LOOKUP_CHUNK);
-            loop {
-                let row = rows.try_next().await?;
-                let ended = row.is_none();
-                if let Some(row) = row {
-                    chunk.push((one_sided(direction, &partition.key, &row)?, row));
+    /// One bounded step of `pass` from `from`: what is out of step, repaired if `repair`.
+    pub(crate) async fn sweep(&self, pass: Pass, from: ScanCut, budget: Budget, repair: bool, keep: usize) -> Result<Found, GraphError> {
+        let table = pass.table();
+        let mut found = Found::default();
+        let mut rows_left = budget.rows.max(1);
+        let mut after = from.after;
+        if let Some((partition, last)) = from.inside {
+            found.partitions += 1;
+            match self.sweep_partition(pass, &partition.key, Some(last), &mut rows_left, repair, keep, &mut found).await? {
+                Partition::Cut(last) => {
+                    found.next = Some(ScanCut { after, inside: Some((partition, last)) });
+                    return Ok(found);
                 }
-                if chunk.len() == LOOKUP_CHUNK || (ended && !chunk.is_empty()) {
-                    self.look_up(direction, std::mem::take(&mut chunk), repair, keep, &mut result).await?;
+                Partition::Done => after = Some(partition),
+            }
+        }
+        while found.partitions < u64::from(budget.partitions) && rows_left > 0 {
+            let wanted = (u64::from(budget.partitions) - found.partitions).min(100) as u32;
+            let scanned = self.store().scan_range(&ScanQuery::new(table, wanted).after(after.clone())).await?;
+            if scanned.partitions.is_empty() {
+                // A step over an empty slice of the ring still counts, so a step always ends.
+                found.partitions += 1;
+            }
+            let mut spent = false;
+            for scanned_partition in scanned.partitions {
+                let partition = ScanPosition { token: scanned_partition.token, key: scanned_partition.key };
+                found.partitions += 1;
+                match self.sweep_partition(pass, &partition.key, None, &mut rows_left, repair, keep, &mut found).await? {
+                    Partition::Cut(last) => {
+                        found.next = Some(ScanCut { after, inside: Some((partition, last)) });
+                        return Ok(found);
+                    }
+                    Partition::Done => after = Some(partition),
                 }
-                if ended {
+                if rows_left == 0 {
+                    spent = true;
                     break;
                 }
             }
+            if spent {
+                break;
+            }
+            match scanned.next {
+                None => return Ok(found),
+                Some(next) => after = Some(next),
+            }
         }
-        Ok(result)
+        found.next = Some(ScanCut { after, inside: None });
+        Ok(found)
     }
 
-    async fn look_up(
+    /// Checks the rows of one partition after `last`, a chunk at a time, until
+    /// the rows budget runs out.
+    #[allow(clippy::too_many_arguments)]
+    async fn sweep_partition(
         &self,
-        direction: Direction,
-        chunk: Vec<(OneSidedEdge, Row)>,
-        repair: Repair,
+        pass: Pass,
+        key: &[Value],
+        last: Option<Vec<Value>>,
+        rows_left: &mut u64,
+        repair: bool,
         keep: usize,
-        result: &mut OneSided,
-    ) -> Result<(), GraphError> {
-        result.edges += chunk.len() as u64;
-        let twins = self.store().read_many(chunk.iter().map(|(edge, _)| direction.twin(edge)).collect()).await?;
-        let mut fixes = Vec::new();
-        for ((edge, row), twin) in chunk.into_iter().zip(twins) {
-            if !twin.is_empty() {
-                continue;
-            }
-            result.missing += 1;
-            if repair == Repair::Apply {
-                fixes.push(direction.repair(&edge, &row)?);
-            }
-            if result.listed.len() < keep {
-                result.listed.push(edge);
+        found: &mut Found,
+    ) -> Result<Partition, GraphError> {
+        let table = pass.table();
+        let mut slices = match &last {
+            Some(last) if !last.is_empty() => slices_after(table, last, ReadOrder::Clustering),
+            _ => vec![Slice::all()],
+        };
+        slices.reverse();
+        let mut resume: Option<ReadQuery> = None;
+        loop {
+            let query = match resume.take() {
+                Some(query) => query,
+                None => match slices.pop() {
+                    Some(slice) => ReadQuery::new(table, key.iter().cloned()).slice(slice),
+                    None => return Ok(Partition::Done),
+                },
+            };
+            let chunk = (*rows_left).min(LOOKUP_CHUNK) as u32;
+            let page = self.store().read(&query.clone().limit(chunk)).await?;
+            *rows_left -= page.rows.len() as u64;
+            found.rows += page.rows.len() as u64;
+            let last_row = page.rows.last().map(|row| clustering_key(table, row));
+            self.sweep_rows(pass, key, &page.rows, repair, keep, found).await?;
+            if let Some(token) = page.next {
+                if *rows_left == 0 {
+                    return Ok(Partition::Cut(last_row.unwrap_or_default()));
+                }
+                resume = Some(query.page_token(Some(token)));
+            } else if *rows_left == 0 && !slices.is_empty() {
+                return Ok(Partition::Cut(last_row.or(last.clone()).unwrap_or_default()));
             }
         }
-        result.repaired += fixes.len() as u64;
-        self.apply_groups(fixes).await
     }
 
-    /// One step of the janitor's `graph` task: the dependencies table, then
-    /// the dependents table, each edge looked up in the other and repaired
-    /// unless `dry_run`. Answers (partitions, one-sided edges, next position).
-    pub async fn repair_step(
+    async fn sweep_rows(
         &self,
-        direction: Direction,
-        after: Option<ScanPosition>,
-        limit: u32,
-        dry_run: bool,
-    ) -> Result<RepairStep, GraphError> {
-        let repair = if dry_run { Repair::No } else { Repair::Apply };
-        let found = self.one_sided(direction, after, limit, repair, 0).await?;
-        Ok(RepairStep { partitions: found.partitions, edges: found.edges, one_sided: found.missing, next: found.next })
+        pass: Pass,
+        key: &[Value],
+        rows: &[Row],
+        repair: bool,
+        keep: usize,
+        found: &mut Found,
+    ) -> Result<(), GraphError> {
+        match pass {
+            Pass::Edges(direction) => {
+                let edges = rows.iter().map(|row| Ok((one_sided(direction, key, row)?, StoredEdge::of_either(direction, row))));
+                let edges: Vec<(OneSidedEdge, bool)> = edges.collect::<Result<_, GraphError>>()?;
+                let twins = self.store().read_many(edges.iter().map(|(edge, _)| direction.twin(edge)).collect()).await?;
+                for ((edge, ghost), twin) in edges.into_iter().zip(twins) {
+                    // A ghost row is out of step whatever its twin says.
+                    if twin.is_empty() || ghost {
+                        found.one_sided += 1;
+                        if repair && self.repair_edge(&edge).await? {
+                            found.repaired += 1;
+                        }
+                        if found.listed.len() < keep {
+                            found.listed.push(edge);
+                        }
+                    }
+                }
+            }
+            Pass::Directory => {
+                for row in rows {
+                    if self.prune_entry(key, row, repair).await? {
+                        found.one_sided += 1;
+                        found.repaired += u64::from(repair);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes one edge's rows agree, holding its page and looking again first:
+    /// the page's dependencies row decides (a ghost row is no edge). Answers
+    /// whether it wrote anything.
+    async fn repair_edge(&self, edge: &OneSidedEdge) -> Result<bool, GraphError> {
+        let domain = Domain::parse(&edge.domain)
+            .map_err(|_| GraphError::Corrupt(format!("a stored domain that does not parse: {:?}", edge.domain)))?;
+        let edge = edge.clone();
+        self.changing(&domain.clone(), &edge.child.clone(), move |graph, at| async move {
+            let by_child = graph.store().read(&dependencies_row(&edge).limit(1)).await?.rows;
+            let by_child = by_child.first().map(StoredEdge::of).transpose()?;
+            let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();
+            let writes = match (by_child, by_parent) {
+                (Some(stored), _) if stored.is_ghost() => Graph::remove_edge(&domain, &edge.child, &stored, at),
+                (Some(stored), false) => Graph::put_edge(&domain, &edge.child, &stored, &[], Some(at)),
+                (None, true) => {
+                    let row = dependents_row(&edge);
+                    vec![Delete::row(&DEPENDENTS, row.partition, [Value::from(edge.child.as_str())]).timestamp(at).into()]
+                }
+                // In step again (a client wrote meanwhile).
+                _ => return Ok(false),
+            };
+            graph.store().apply(writes).await?;
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Prunes a directory entry whose partition holds no dependent (when
+    /// `apply`). The delete is written at the entry's own write time, so an
+    /// edge written to the partition since rewrites the entry above it; and
+    /// the partition is looked at once more after, to put back an entry an
+    /// edge written meanwhile needs. Answers whether the entry was empty.
+    async fn prune_entry(&self, key: &[Value], row: &Row, apply: bool) -> Result<bool, GraphError> {
+        let (Some(priority), Some(b)) = (row.bigint(col::PRIORITY), row.bigint(col::BUCKET)) else {
+            return Err(GraphError::Corrupt("a directory row without its priority or bucket".into()));
+        };
+        let partition: Vec<Value> = key.iter().cloned().chain([Value::from(priority), Value::from(b)]).collect();
+        let probe = ReadQuery::new(&DEPENDENTS, partition).columns([col::CREATED]).limit(1);
+        if !self.store().read(&probe).await?.rows.is_empty() {
+            return Ok(false);
+        }
+        if apply {
+            let written = row.timestamp(col::CREATED).unwrap_or(0);
+            let deleted_at = written * 1000 + 999;
+            let entry = [Value::from(priority), Value::from(b)];
+            self.store().write(Delete::row(&DEPENDENT_BUCKETS, key.iter().cloned(), entry.clone()).timestamp(deleted_at)).await?;
+            if !self.store().read(&probe).await?.rows.is_empty() {
+                let again = now_micros().max(deleted_at + 1);
+                let upsert = Upsert::new(&DEPENDENT_BUCKETS, key.iter().cloned().chain(entry))
+                    .set(col::CREATED, Value::Timestamp(again / 1000))
+                    .timestamp(again);
+                self.store().write(upsert).await?;
+            }
+        }
+        Ok(true)
     }
 }
 
-/// What one step of the `graph` task found (and, unless dry, repaired).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RepairStep {
-    pub partitions: u64,
-    pub edges: u64,
-    pub one_sided: u64,
-    pub next: Option<ScanPosition>,
+impl StoredEdge {
+    /// Whether a scanned row is a ghost (only the dependencies table has them).
+    fn of_either(direction: Direction, row: &Row) -> bool {
+        direction == Direction::Dependencies && StoredEdge::of(row).is_ok_and(|e| e.is_ghost())
+    }
 }
 
 /// The edge a scanned row describes, from its partition key and its row.
@@ -274,4 +467,23 @@ fn one_sided(direction: Direction, key: &[Value], row: &Row) -> Result<OneSidedE
             child: row.text(col::CHILD).ok_or_else(corrupt)?.to_owned(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_round_trip_and_plain_scan_positions_still_parse() {
+        let partition = ScanPosition { token: -5, key: vec![Value::from("en"), Value::from("Page")] };
+        let cut = ScanCut {
+            after: Some(ScanPosition { token: -9, key: vec![Value::from("en"), Value::from("Before")] }),
+            inside: Some((partition.clone(), vec![Value::from(7i64), Value::from("modification"), Value::from("T")])),
+        };
+        assert_eq!(cut.to_string().parse::<ScanCut>().expect("parse"), cut);
+        assert_eq!(ScanCut::from_bytes(&cut.to_bytes()).expect("bytes"), cut);
+        let plain: ScanCut = partition.to_string().parse().expect("plain");
+        assert_eq!(plain, ScanCut { after: Some(partition), inside: None });
+        assert!("rzz".parse::<ScanCut>().is_err());
+    }
 }

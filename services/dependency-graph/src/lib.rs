@@ -14,11 +14,13 @@
 //!   in both directions, changes and the pull check.
 //! - [`consistency`]: the check of the two directions against each other,
 //!   and their repair, a bounded step at a time.
-//! - [`janitor`]: the sweeps it offers the janitor (graph repair, audit).
+//! - [`janitor`]: the sweeps it offers the janitor (graph repair, change
+//!   retention in `changes.rs`, audit).
 //! - [`writer`]: one writer at a time per page, and the page's write clock.
 //! - [`error`]: what the graph's operations fail with, mapped to HTTP once.
 //! - [`routes`]: the HTTP API.
 
+mod changes;
 pub mod consistency;
 pub mod error;
 pub mod graph;
@@ -55,6 +57,12 @@ pub struct Args {
     /// (re-render when read): what `?push=true|false` selects.
     #[arg(long, env = "REVSTORE_GRAPH_PUSH_PRIORITY", default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=1000))]
     pub graph_push_priority: i64,
+
+    /// Seconds a fragment's change is kept for pull checks; older ones are
+    /// removed by the janitor's retention task (edges not updated since are
+    /// then taken as stale).
+    #[arg(long, env = "REVSTORE_GRAPH_CHANGE_RETENTION_SECS", default_value_t = 30 * 86_400, value_parser = clap::value_parser!(u64).range(60..))]
+    pub graph_change_retention_secs: u64,
 }
 
 impl ServiceArgs for Args {
@@ -78,7 +86,7 @@ impl ServiceDefinition for DependencyGraph {
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
         let graph = Graph::new(platform.store().clone(), args.graph_max_edges as usize);
-        let sweeps = janitor::sweeps(&graph);
+        let sweeps = janitor::sweeps(&graph, std::time::Duration::from_secs(args.graph_change_retention_secs));
         let state = routes::AppState { platform: platform.clone(), graph, titles, push_priority: args.graph_push_priority };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }

@@ -213,12 +213,19 @@ async fn record_change(
 
 /// The pull check: is anything the page depends on newer than its last
 /// update, and which of its dependencies, priority ascending (pull first).
+/// Paged like the listings: `next` when more stale items follow.
 #[utoipa::path(get, path = "/{domain}/v1/pending/{child}",
-    params(("domain" = String, Path), ("child" = String, Path)),
+    params(("domain" = String, Path), ("child" = String, Path),
+        ("limit" = Option<u32>, Query, description = "1-10000, default 1000"), ("cursor" = Option<String>, Query)),
     responses((status = 200, body = Pending), (status = 400, body = Problem)))]
-async fn pending(State(state): State<AppState>, Path((domain, child)): Path<(String, String)>) -> Result<Json<Pending>, ApiError> {
+async fn pending(
+    State(state): State<AppState>,
+    Path((domain, child)): Path<(String, String)>,
+    params: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Json<Pending>, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let (domain, child) = parse_page(&domain, &child, state.titles)?;
-    Ok(Json(state.graph.pending(&domain, &child).await?))
+    Ok(Json(state.graph.pending(&domain, &child, limit(params.limit)?, params.cursor).await?))
 }
 
 /// Mark a page updated by a render made at `at`: every dependency for a full

@@ -123,7 +123,9 @@ impl Graph {
             clustering: Some(Vec::new()),
             condition: Condition::Equals(vec![(col::HOLDER, Value::from(held.holder.as_str()))]),
             // The clock stays: the next change writes above this one.
-            writes: vec![Upsert::new(&PAGE_WRITERS, held.key.clone()).set(col::HOLDER, Value::Null).set(col::HELD_UNTIL, Value::Null).into()],
+            writes: vec![
+                Upsert::new(&PAGE_WRITERS, held.key.clone()).set(col::HOLDER, Value::Null).set(col::HELD_UNTIL, Value::Null).into(),
+            ],
         };
         self.store().cas(release).await?;
         Ok(())
