@@ -30,7 +30,7 @@ where
         Engine::Embedded => {
             {
                 let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).expect("open")));
-                store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH]).await.expect("migrate");
+                store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH, &revstore_schema::version::JANITOR]).await.expect("migrate");
                 load(Graph::new(store, 10_000)).await;
             }
             let service = revstore_test_service::start_in::<DependencyGraph>(dir.path(), TOKEN, extra).await;
@@ -39,7 +39,7 @@ where
         Engine::Cassandra => {
             let keyspace = TestKeyspace::new("graph");
             let store = Store::new(Arc::new(keyspace.connect().await));
-            store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH]).await.expect("migrate");
+            store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH, &revstore_schema::version::JANITOR]).await.expect("migrate");
             load(Graph::new(store, 10_000)).await;
             let mut args = vec!["--cassandra", keyspace.node(), "--keyspace", keyspace.name()];
             args.extend_from_slice(extra);
