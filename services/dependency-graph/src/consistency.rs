@@ -382,8 +382,9 @@ impl Graph {
     async fn repair_edge(&self, edge: &OneSidedEdge) -> Result<bool, GraphError> {
         let domain = Domain::parse(&edge.domain)
             .map_err(|_| GraphError::Corrupt(format!("a stored domain that does not parse: {:?}", edge.domain)))?;
-        let edge = edge.clone();
-        self.changing(&domain.clone(), &edge.child.clone(), move |graph, at| async move {
+        let (owned_domain, owned_edge) = (domain.clone(), edge.clone());
+        self.changing(&domain, &edge.child, move |graph, at| async move {
+            let (domain, edge) = (owned_domain, owned_edge);
             let by_child = graph.store().read(&dependencies_row(&edge).limit(1)).await?.rows;
             let by_child = by_child.first().map(StoredEdge::of).transpose()?;
             let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();

@@ -405,11 +405,11 @@ impl Graph {
                 )));
             }
         }
-        let (domain, child) = (domain.clone(), child.clone());
-        self.changing(&domain.clone(), &child.as_str().to_owned(), move |graph, at| async move {
+        let (owned_domain, owned_child) = (domain.clone(), child.clone());
+        self.changing(domain, child.as_str(), move |graph, at| async move {
+            let (domain, child) = (owned_domain, owned_child);
             let stored = graph.edge_rows_of(&domain, &child).await?;
-            let groups = Self::diff(&domain, child.as_str(), stored, &wanted, at);
-            let (outcome, groups) = groups;
+            let (outcome, groups) = Self::diff(&domain, child.as_str(), stored, &wanted, at);
             graph.apply_groups(groups).await?;
             Ok(outcome)
         })
@@ -512,8 +512,9 @@ impl Graph {
     /// crash midway leaves the page's set to find and remove again. Answers
     /// how many edges it had.
     pub async fn remove_page(&self, domain: &Domain, child: &Title) -> Result<u64, GraphError> {
-        let (domain, child) = (domain.clone(), child.clone());
-        self.changing(&domain.clone(), &child.as_str().to_owned(), move |graph, at| async move {
+        let (owned_domain, owned_child) = (domain.clone(), child.clone());
+        self.changing(domain, child.as_str(), move |graph, at| async move {
+            let (domain, child) = (owned_domain, owned_child);
             let stored = graph.edge_rows_of(&domain, &child).await?;
             let groups = stored
                 .iter()
@@ -838,8 +839,9 @@ impl Graph {
             revstore_api::graph::check_selector("selectors", ids)?;
         }
         let selectors = selectors.map(<[String]>::to_vec);
-        let (domain, child) = (domain.clone(), child.clone());
-        self.changing(&domain.clone(), &child.as_str().to_owned(), move |graph, clock| async move {
+        let (owned_domain, owned_child) = (domain.clone(), child.clone());
+        self.changing(domain, child.as_str(), move |graph, clock| async move {
+            let (domain, child) = (owned_domain, owned_child);
             let edges = graph.edge_rows_of(&domain, &child).await?;
             let covered = |edge: &StoredEdge| match &selectors {
                 None => true,
