@@ -282,6 +282,15 @@ impl Graph {
         [Value::from(domain.as_str()), Value::from(child)]
     }
 
+    /// The slices of a page's dependencies a listing in `order` reads from
+    /// its cursor on (sealed for `scope`: the last edge it listed).
+    fn resume_after(&self, scope: &str, cursor: Option<&str>, order: ReadOrder) -> Result<Vec<Slice>, GraphError> {
+        let Some(cursor) = cursor else { return Ok(vec![Slice::all()]) };
+        let after =
+            decode_values(&self.store.open_cursor(scope, cursor)?).map_err(|_| GraphError::Invalid("cursor does not parse".into()))?;
+        Ok(slices_after(&DEPENDENCIES, &after, order))
+    }
+
     /// A turn to list (see [`LISTINGS_AT_ONCE`]).
     async fn listing_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, GraphError> {
         self.listings.acquire().await.map_err(GraphError::internal)
@@ -555,18 +564,9 @@ impl Graph {
         cursor: Option<String>,
     ) -> Result<DependencyList, GraphError> {
         let scope = format!("dependencies|{domain}|{child}");
-        let after = match &cursor {
-            Some(text) => Some(
-                decode_values(&self.store.open_cursor(&scope, text)?).map_err(|_| GraphError::Invalid("cursor does not parse".into()))?,
-            ),
-            None => None,
-        };
+        let slices = self.resume_after(&scope, cursor.as_deref(), ReadOrder::Clustering)?;
         let _turn = self.listing_turn().await?;
         let key = Self::child_key(domain, child.as_str());
-        let slices = match &after {
-            Some(after) => slices_after(&DEPENDENCIES, after, ReadOrder::Clustering),
-            None => vec![Slice::all()],
-        };
         let mut fill = PageFill::new(limit);
         let mut items = Vec::new();
         let mut last: Option<Vec<Value>> = None;
@@ -714,18 +714,9 @@ impl Graph {
     /// time, and for each only the change rows it needs.
     pub async fn pending(&self, domain: &Domain, child: &Title, limit: u32, cursor: Option<String>) -> Result<Pending, GraphError> {
         let scope = format!("pending|{domain}|{child}");
-        let after = match &cursor {
-            Some(text) => Some(
-                decode_values(&self.store.open_cursor(&scope, text)?).map_err(|_| GraphError::Invalid("cursor does not parse".into()))?,
-            ),
-            None => None,
-        };
+        let slices = self.resume_after(&scope, cursor.as_deref(), ReadOrder::Reversed)?;
         let _turn = self.listing_turn().await?;
         let key = Self::child_key(domain, child.as_str());
-        let slices = match &after {
-            Some(after) => slices_after(&DEPENDENCIES, after, ReadOrder::Reversed),
-            None => vec![Slice::all()],
-        };
         let mut fill = PageFill::new(limit);
         let mut items = Vec::new();
         let mut last: Option<Vec<Value>> = None;
