@@ -155,6 +155,9 @@ impl Engine for Switchable {
     fn kind(&self) -> EngineKind {
         self.inner.kind()
     }
+    fn now_micros(&self) -> i64 {
+        self.inner.now_micros()
+    }
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
         self.check()?;
         self.inner.ensure_tables(tables).await

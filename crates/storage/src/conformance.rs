@@ -146,6 +146,7 @@ macro_rules! conformance_suite {
             last_write_wins_by_timestamp_in_any_arrival_order,
             cells_keep_their_timestamps_when_a_row_is_partly_rewritten,
             equal_timestamps_resolve_as_cassandra_does,
+            a_timestamp_taken_from_the_store_lands_above_its_earlier_writes,
             range_tombstones_shadow_older_writes_but_not_newer,
             partition_and_row_deletes,
             ttl_expiry,
@@ -427,6 +428,21 @@ pub async fn cells_keep_their_timestamps_when_a_row_is_partly_rewritten(s: &Subj
     s.store.write(Delete::partition(&KV, [text("partial")]).timestamp(3_000)).await.expect("delete");
     assert_eq!(get().await, None);
     assert!(scan_all(&s.store, &KV, 50).await.iter().all(|p| p.key != vec![text("partial")]), "a deleted partition was scanned");
+}
+
+pub async fn a_timestamp_taken_from_the_store_lands_above_its_earlier_writes(s: &Subject) {
+    // A caller that stamps its own writes (a per-key clock) takes the time
+    // from the store: a write stamped so lands above writes the store stamped
+    // before, even where the store's clock stands still.
+    for round in 0..20 {
+        let key = format!("stamped-{round}");
+        s.store.write(Upsert::new(&KV, [text(&key)]).set("v", "first")).await.expect("write");
+        s.store.write(Delete::partition(&KV, [text(&key)])).await.expect("delete");
+        let at = s.store.now_micros();
+        s.store.write(Upsert::new(&KV, [text(&key)]).set("v", "stamped").timestamp(at)).await.expect("stamped write");
+        assert_eq!(kv_value(&s.store, &key).await.as_deref(), Some("stamped"), "round {round}");
+        assert!(s.store.now_micros() > at, "the store's time moves on");
+    }
 }
 
 pub async fn equal_timestamps_resolve_as_cassandra_does(s: &Subject) {

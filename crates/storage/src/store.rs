@@ -43,6 +43,14 @@ impl EngineKind {
 pub trait Engine: Send + Sync + Debug {
     fn kind(&self) -> EngineKind;
 
+    /// The engine's current time in microseconds: what its default write
+    /// timestamps and TTLs count from (an injected clock in tests), for
+    /// callers that stamp writes themselves. The embedded engine answers a
+    /// time past every timestamp it handed out. A wrapper forwards it.
+    fn now_micros(&self) -> i64 {
+        crate::clock::Clock::now_micros(&crate::clock::SystemClock)
+    }
+
     /// Creates the tables that do not exist; fails if one exists with another shape.
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()>;
 
@@ -154,6 +162,13 @@ impl Store {
     pub fn with_page_token_key(mut self, key: &[u8]) -> Self {
         self.tokens = PageTokenCodec::new(key);
         self
+    }
+
+    /// The store's current time in microseconds (see [`Engine::now_micros`]):
+    /// code that picks write timestamps of its own takes them from here, so
+    /// they agree with the store's own and follow an injected clock.
+    pub fn now_micros(&self) -> i64 {
+        self.engine.now_micros()
     }
 
     pub fn kind(&self) -> EngineKind {

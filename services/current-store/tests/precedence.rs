@@ -239,6 +239,9 @@ impl revstore_storage::Engine for CutWrites {
     fn kind(&self) -> revstore_storage::EngineKind {
         self.inner.kind()
     }
+    fn now_micros(&self) -> i64 {
+        self.inner.now_micros()
+    }
     async fn ensure_tables(&self, tables: &[&'static revstore_storage::TableDef]) -> revstore_storage::StoreResult<()> {
         self.inner.ensure_tables(tables).await
     }

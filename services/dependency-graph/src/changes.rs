@@ -20,7 +20,7 @@ use revstore_schema::tables::dependency_graph::{CHANGES, col};
 use revstore_storage::{Delete, ReadQuery, ScanPosition, ScanQuery, Upsert, Value, Write};
 
 use crate::error::GraphError;
-use crate::graph::{ANY, FORGOTTEN, Graph, now_micros};
+use crate::graph::{ANY, FORGOTTEN, Graph};
 
 /// Change rows of one partition handled per batch.
 const CHUNK: usize = 500;
@@ -45,7 +45,7 @@ impl Graph {
         keep: Duration,
         dry_run: bool,
     ) -> Result<Forgotten, GraphError> {
-        let horizon = (now_micros() - keep.as_micros() as i64) / 1000;
+        let horizon = (self.store().now_micros() - keep.as_micros() as i64) / 1000;
         let scanned = self.store().scan_range(&ScanQuery::new(&CHANGES, budget).after(after)).await?;
         let mut step = Forgotten { partitions: scanned.partitions.len() as u64, next: scanned.next, ..Forgotten::default() };
         for partition in scanned.partitions {

@@ -28,7 +28,7 @@ use revstore_storage::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::GraphError;
-use crate::graph::{Graph, StoredEdge, bucket, now_micros};
+use crate::graph::{Graph, StoredEdge, bucket};
 
 /// Which table a step scans (the other is where it looks edges up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -390,7 +390,7 @@ impl Graph {
             let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();
             let writes = match (by_child, by_parent) {
                 (Some(stored), _) if stored.is_ghost() => Graph::remove_edge(&domain, &edge.child, &stored, at),
-                (Some(stored), false) => Graph::put_edge(&domain, &edge.child, &stored, &[], Some(at)),
+                (Some(stored), false) => Graph::put_edge(&domain, &edge.child, &stored, &[], at),
                 (None, true) => {
                     let row = dependents_row(&edge);
                     vec![Delete::row(&DEPENDENTS, row.partition, [Value::from(edge.child.as_str())]).timestamp(at).into()]
@@ -424,7 +424,7 @@ impl Graph {
             let entry = [Value::from(priority), Value::from(b)];
             self.store().write(Delete::row(&DEPENDENT_BUCKETS, key.iter().cloned(), entry.clone()).timestamp(deleted_at)).await?;
             if !self.store().read(&probe).await?.rows.is_empty() {
-                let again = now_micros().max(deleted_at + 1);
+                let again = self.store().now_micros().max(deleted_at + 1);
                 let upsert = Upsert::new(&DEPENDENT_BUCKETS, key.iter().cloned().chain(entry))
                     .set(col::CREATED, Value::Timestamp(again / 1000))
                     .timestamp(again);

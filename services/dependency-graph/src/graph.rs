@@ -125,10 +125,6 @@ fn load_selector(text: Option<&str>) -> Option<Vec<String>> {
     text.and_then(|t| serde_json::from_str(t).ok())
 }
 
-pub(crate) fn now_micros() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
-}
-
 fn time_text(millis: i64) -> String {
     rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64))
 }
@@ -291,6 +287,14 @@ impl Graph {
         Ok(slices_after(&DEPENDENCIES, &after, order))
     }
 
+    /// `micros`, unless it is further ahead of the store's time than the allowed clock skew.
+    fn not_in_the_future(&self, name: &str, micros: i64) -> Result<i64, GraphError> {
+        if micros > self.store.now_micros() + MAX_FUTURE.as_micros() as i64 {
+            return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_FUTURE.as_secs())));
+        }
+        Ok(micros)
+    }
+
     /// A turn to list (see [`LISTINGS_AT_ONCE`]).
     async fn listing_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, GraphError> {
         self.listings.acquire().await.map_err(GraphError::internal)
@@ -305,17 +309,13 @@ impl Graph {
     }
 
     /// The writes that store `edge` of `child` in both directions, at write
-    /// timestamp `at` (the page's clock; `None`: the store's time, for bulk
-    /// loads). A cell with no value is not written at all (a null written is
+    /// timestamp `at` (the page's clock; the store's time for bulk loads). A cell with no value is not written at all (a null written is
     /// a tombstone that every read of the partition passes over), unless
     /// `clears` names it: a selector or update time the row had and must lose.
-    pub(crate) fn put_edge(domain: &Domain, child: &str, edge: &StoredEdge, clears: &[&'static str], at: Option<i64>) -> Vec<Write> {
+    pub(crate) fn put_edge(domain: &Domain, child: &str, edge: &StoredEdge, clears: &[&'static str], at: i64) -> Vec<Write> {
         let d = Value::from(domain.as_str());
         let kind = kind_name(edge.kind);
-        let stamped = |upsert: Upsert| match at {
-            Some(at) => upsert.timestamp(at),
-            None => upsert,
-        };
+        let stamped = |upsert: Upsert| upsert.timestamp(at);
         let cells = |mut upsert: Upsert| {
             for (column, value) in [(col::PARENT_SELECTOR, &edge.parent_selector), (col::CHILD_SELECTOR, &edge.child_selector)] {
                 match value {
@@ -344,13 +344,12 @@ impl Graph {
         let by_parent = cells(Upsert::new(&DEPENDENTS, parent_partition.into_iter().chain([Value::from(child)])));
         // The entry's `created` is its write time to the millisecond, so the
         // janitor can prune an emptied entry without shadowing a newer write.
-        let written = at.unwrap_or_else(now_micros);
         let directory = Upsert::new(
             &DEPENDENT_BUCKETS,
             [d, Value::from(edge.parent.as_str()), Value::from(kind), Value::from(edge.priority), Value::from(b)],
         )
-        .set(col::CREATED, Value::Timestamp(written / 1000))
-        .timestamp(written);
+        .set(col::CREATED, Value::Timestamp(at / 1000))
+        .timestamp(at);
         vec![by_child.into(), by_parent.into(), directory.into()]
     }
 
@@ -480,7 +479,7 @@ impl Graph {
                             clears.push(col::CHILD_SELECTOR);
                         }
                     }
-                    group.extend(Self::put_edge(domain, child, &replacement, &clears, Some(at)));
+                    group.extend(Self::put_edge(domain, child, &replacement, &clears, at));
                     groups.push(group);
                 }
             }
@@ -491,7 +490,7 @@ impl Graph {
                 let over_ghost = ghost_keys.contains(&(new.priority, new.kind, new.parent.clone()));
                 let clears: &[&'static str] =
                     if over_ghost { &[col::PARENT_SELECTOR, col::CHILD_SELECTOR, col::LAST_UPDATED] } else { &[] };
-                groups.push(Self::put_edge(domain, child, &StoredEdge { created: Some(now_ms), ..new.clone() }, clears, Some(at)));
+                groups.push(Self::put_edge(domain, child, &StoredEdge { created: Some(now_ms), ..new.clone() }, clears, at));
             }
         }
         // Additions first, removals last: a crash midway leaves an edge too
@@ -507,11 +506,11 @@ impl Graph {
     /// overwritten; one with another priority is not removed, so use
     /// [`Graph::replace`] for pages that already have edges.
     pub async fn add_edges(&self, domain: &Domain, edges: &[(Title, Edge)], titles: TitleRules) -> Result<(), GraphError> {
-        let now_ms = now_micros() / 1000;
+        let now = self.store.now_micros();
         let mut groups = Vec::with_capacity(edges.len());
         for (child, edge) in edges {
-            let stored = StoredEdge::checked(child, edge, titles, Some(now_ms))?;
-            groups.push(Self::put_edge(domain, child.as_str(), &stored, &[], None));
+            let stored = StoredEdge::checked(child, edge, titles, Some(now / 1000))?;
+            groups.push(Self::put_edge(domain, child.as_str(), &stored, &[], now));
         }
         self.apply_groups(groups).await
     }
@@ -688,7 +687,7 @@ impl Graph {
     /// (the `ANY` row).
     pub async fn record_change(&self, domain: &Domain, notice: &ChangeNotice, titles: TitleRules) -> Result<(), GraphError> {
         let page = Title::parse(&notice.page, titles)?;
-        let at = not_in_the_future("at", revstore_api::graph::parse_time("at", &notice.at)?)?;
+        let at = self.not_in_the_future("at", revstore_api::graph::parse_time("at", &notice.at)?)?;
         let selector = match &notice.selector {
             Some(id) => {
                 revstore_api::graph::check_selector("selector", std::slice::from_ref(id))?;
@@ -825,7 +824,7 @@ impl Graph {
     /// covers, holding the page (an edge removed meanwhile stays removed).
     /// Answers how many edges it updated.
     pub async fn mark_updated(&self, domain: &Domain, child: &Title, at: &str, selectors: Option<&[String]>) -> Result<u64, GraphError> {
-        let rendered = not_in_the_future("at", revstore_api::graph::parse_time("at", at)?)? / 1000;
+        let rendered = self.not_in_the_future("at", revstore_api::graph::parse_time("at", at)?)? / 1000;
         if let Some(ids) = selectors {
             revstore_api::graph::check_selector("selectors", ids)?;
         }
@@ -912,13 +911,6 @@ impl ChangeSummary {
             _ => Decision::ReadFragments,
         }
     }
-}
-
-fn not_in_the_future(name: &str, micros: i64) -> Result<i64, GraphError> {
-    if micros > now_micros() + MAX_FUTURE.as_micros() as i64 {
-        return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_FUTURE.as_secs())));
-    }
-    Ok(micros)
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use revstore_schema::tables::dependency_graph::{PAGE_WRITERS, col};
 use revstore_storage::{Cas, Condition, Upsert, Value};
 
 use crate::error::GraphError;
-use crate::graph::{Graph, now_micros};
+use crate::graph::Graph;
 
 /// How long a hold lasts unless given back: longer than the largest change
 /// (a set of 100,000 edges) takes on a loaded Cassandra.
@@ -61,15 +61,20 @@ impl Graph {
     {
         let graph = self.clone();
         let key = [Value::from(domain.as_str()), Value::from(child)];
-        let task = tokio::spawn(async move {
-            let held = graph.hold(key).await?;
-            let outcome = change(graph.clone(), held.clock).await;
-            // Given back whatever the outcome; if that fails, the hold lapses.
-            if let Err(e) = graph.give_back(&held).await {
-                tracing::warn!(error = %e, "a page's writer hold was not given back; it lapses by itself");
-            }
-            outcome
-        });
+        // The task continues the request's span, so its storage calls stay in the request's trace.
+        let span = tracing::Span::current();
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let held = graph.hold(key).await?;
+                let outcome = change(graph.clone(), held.clock).await;
+                // Given back whatever the outcome; if that fails, the hold lapses.
+                if let Err(e) = graph.give_back(&held).await {
+                    tracing::warn!(error = %e, "a page's writer hold was not given back; it lapses by itself");
+                }
+                outcome
+            },
+            span,
+        ));
         task.await.map_err(GraphError::internal)?
     }
 
@@ -82,7 +87,7 @@ impl Graph {
             let current_holder = row.as_ref().and_then(|r| r.text(col::HOLDER)).map(str::to_owned);
             let held_until = row.as_ref().and_then(|r| r.timestamp(col::HELD_UNTIL)).unwrap_or(0);
             let clock = row.as_ref().and_then(|r| r.bigint(col::CLOCK));
-            let now = now_micros();
+            let now = self.store().now_micros();
             let free = current_holder.is_none() || held_until * 1000 <= now;
             if free {
                 let next_clock = now.max(clock.unwrap_or(0) + 1);

@@ -89,6 +89,8 @@ pub struct EmbeddedEngine {
     readers: Mutex<Vec<Connection>>,
     reader_slots: Semaphore,
     options: EmbeddedOptions,
+    /// The last write timestamp handed out, by the writer or `now_micros`.
+    last_ts: Arc<std::sync::atomic::AtomicI64>,
     _lock: File,
 }
 
@@ -155,13 +157,14 @@ impl EmbeddedEngine {
         reuse_prepared_statements(&conn)?;
 
         let (tx, rx) = mpsc::channel();
+        let last_ts = Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN));
         let writer = Writer {
             conn,
             clock: options.clock.clone(),
             gc_grace_micros: options.gc_grace.as_micros() as i64,
             max_group: options.max_group.max(1),
             db_path: db_path.clone(),
-            last_ts: i64::MIN,
+            last_ts: last_ts.clone(),
             purge_interval: options.purge_interval,
         };
         let handle = std::thread::Builder::new()
@@ -175,6 +178,7 @@ impl EmbeddedEngine {
             readers: Mutex::new(Vec::new()),
             reader_slots: Semaphore::new(options.readers.max(1)),
             options,
+            last_ts,
             _lock: lock,
         })
     }
@@ -237,6 +241,14 @@ impl Drop for EmbeddedEngine {
 impl Engine for EmbeddedEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Embedded
+    }
+
+    /// The clock's time, but past every write timestamp this engine handed
+    /// out (and itself handed out): a timestamp taken here lands above every
+    /// write stamped before, even when the clock stands still (tests) or many
+    /// writes share a microsecond.
+    fn now_micros(&self) -> i64 {
+        writer::next_timestamp(&self.last_ts, self.options.clock.now_micros())
     }
 
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {

@@ -48,10 +48,18 @@ pub(crate) struct Writer {
     pub gc_grace_micros: i64,
     pub max_group: usize,
     pub db_path: PathBuf,
-    /// The last write timestamp handed out, so default timestamps never repeat.
-    pub last_ts: i64,
+    /// The last write timestamp handed out (shared with the engine's
+    /// `now_micros`), so default timestamps never repeat.
+    pub last_ts: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// How often to purge expired data between jobs.
     pub purge_interval: Option<std::time::Duration>,
+}
+
+/// `now`, or one past the last timestamp handed out if that is later; handed out.
+pub(crate) fn next_timestamp(last: &std::sync::atomic::AtomicI64, now: i64) -> i64 {
+    use std::sync::atomic::Ordering;
+    let previous = last.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| Some(now.max(l.saturating_add(1)))).unwrap_or(i64::MIN);
+    now.max(previous.saturating_add(1))
 }
 
 impl Writer {
@@ -154,8 +162,7 @@ impl Writer {
 
     /// A write timestamp: the current time, but always after the last one given.
     fn next_ts(&mut self) -> i64 {
-        self.last_ts = self.now().max(self.last_ts + 1);
-        self.last_ts
+        next_timestamp(&self.last_ts, self.now())
     }
 
     fn ensure(&mut self, tables: &[&'static TableDef]) -> StoreResult<()> {
