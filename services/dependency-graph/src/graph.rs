@@ -927,6 +927,28 @@ mod tests {
     }
 
     #[test]
+    fn the_summary_rows_decide_what_they_can() {
+        let summary = |whole, any, forgotten| ChangeSummary { whole, any, forgotten };
+        let stale = |d: Decision| match d {
+            Decision::Stale(at) => Some(at),
+            _ => None,
+        };
+        // A whole-page change after the baseline: stale, whatever the edge uses.
+        assert_eq!(stale(summary(Some(20), Some(20), None).decide(10, true)), Some(20));
+        // Nothing changed since the baseline: fresh.
+        assert!(matches!(summary(Some(5), Some(9), Some(8)).decide(10, true), Decision::Fresh));
+        // An edge on the whole parent takes its latest change of any kind.
+        assert_eq!(stale(summary(None, Some(15), None).decide(10, false)), Some(15));
+        // An edge naming fragments not updated since a forgotten change: stale.
+        assert_eq!(stale(summary(None, Some(30), Some(12)).decide(10, true)), Some(12));
+        // Otherwise its fragments' rows decide; so do changes from before `ANY` existed.
+        assert!(matches!(summary(None, Some(30), Some(8)).decide(10, true), Decision::ReadFragments));
+        assert!(matches!(summary(None, None, None).decide(10, false), Decision::ReadFragments));
+        // The reserved selectors sort between the whole page and every fragment id.
+        assert!("" < ANY && ANY < FORGOTTEN && FORGOTTEN < " " && FORGOTTEN < "!");
+    }
+
+    #[test]
     fn selectors_are_stored_sorted_and_once() {
         let ids = Some(vec!["b".to_owned(), "a".to_owned(), "b".to_owned()]);
         assert_eq!(store_selector(&ids).as_deref(), Some(r#"["a","b"]"#));
