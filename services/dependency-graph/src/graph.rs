@@ -763,14 +763,13 @@ impl Graph {
     /// For each edge, the time of its parent's change it has not caught up
     /// with, if any (milliseconds).
     async fn stale_among(&self, domain: &Domain, edges: &[StoredEdge]) -> Result<Vec<Option<i64>>, GraphError> {
-        // The whole-page, any-change and forgotten rows of each parent, in one multi-partition read.
+        // The whole-page, any-change and forgotten rows of each parent (and
+        // whether it has fragment rows), in one multi-partition read.
         let parents: Vec<(ChangeKind, String)> =
             edges.iter().map(|e| (e.kind, e.parent.clone())).collect::<BTreeSet<_>>().into_iter().collect();
-        let summary = Slice::all().lower(Bound::Included(Value::from(""))).upper(Bound::Included(Value::from(FORGOTTEN)));
-        let queries = parents
-            .iter()
-            .map(|(kind, parent)| ReadQuery::new(&CHANGES, Self::changes_key(domain, parent, *kind)).slice(summary.clone()).limit(3))
-            .collect();
+        // The three summary rows sort first; a fourth row read is a fragment's.
+        let queries =
+            parents.iter().map(|(kind, parent)| ReadQuery::new(&CHANGES, Self::changes_key(domain, parent, *kind)).limit(4)).collect();
         let summaries: HashMap<(ChangeKind, String), ChangeSummary> =
             parents.into_iter().zip(self.store.read_many(queries).await?).map(|(key, rows)| (key, ChangeSummary::of(&rows))).collect();
         let mut stale = Vec::with_capacity(edges.len());
@@ -872,6 +871,8 @@ struct ChangeSummary {
     whole: Option<i64>,
     any: Option<i64>,
     forgotten: Option<i64>,
+    /// Whether any fragment's change is recorded.
+    fragments: bool,
 }
 
 enum Decision {
@@ -889,7 +890,8 @@ impl ChangeSummary {
                 Some("") => summary.whole = at,
                 Some(ANY) => summary.any = at,
                 Some(FORGOTTEN) => summary.forgotten = at,
-                _ => {}
+                Some(_) => summary.fragments = true,
+                None => {}
             }
         }
         summary
@@ -906,9 +908,13 @@ impl ChangeSummary {
             // Uses the whole parent: its latest change of any kind decides.
             Some(any) if !names_fragments => Decision::Stale(any),
             // The fragments it uses may be among those the janitor forgot.
-            _ if names_fragments && self.forgotten.is_some_and(|at| at > baseline) => Decision::Stale(self.forgotten.unwrap_or_default()),
-            // Changes recorded before the `ANY` row existed, or a fragment changed since: look.
-            _ => Decision::ReadFragments,
+            Some(_) if self.forgotten.is_some_and(|at| at > baseline) => Decision::Stale(self.forgotten.unwrap_or_default()),
+            // A fragment changed since: its rows decide.
+            Some(_) => Decision::ReadFragments,
+            // No fragment change recorded (a whole-page one was decided above).
+            None if !self.fragments => Decision::Fresh,
+            // Changes recorded before the `ANY` row existed: look.
+            None => Decision::ReadFragments,
         }
     }
 }
@@ -928,7 +934,7 @@ mod tests {
 
     #[test]
     fn the_summary_rows_decide_what_they_can() {
-        let summary = |whole, any, forgotten| ChangeSummary { whole, any, forgotten };
+        let summary = |whole, any, forgotten| ChangeSummary { whole, any, forgotten, fragments: any.is_some() };
         let stale = |d: Decision| match d {
             Decision::Stale(at) => Some(at),
             _ => None,
@@ -943,7 +949,11 @@ mod tests {
         assert_eq!(stale(summary(None, Some(30), Some(12)).decide(10, true)), Some(12));
         // Otherwise its fragments' rows decide; so do changes from before `ANY` existed.
         assert!(matches!(summary(None, Some(30), Some(8)).decide(10, true), Decision::ReadFragments));
-        assert!(matches!(summary(None, None, None).decide(10, false), Decision::ReadFragments));
+        // A parent that never changed, or only as a whole before the baseline: fresh.
+        assert!(matches!(summary(None, None, None).decide(10, false), Decision::Fresh));
+        assert!(matches!(summary(Some(5), None, None).decide(10, true), Decision::Fresh));
+        let legacy = ChangeSummary { fragments: true, ..ChangeSummary::default() };
+        assert!(matches!(legacy.decide(10, false), Decision::ReadFragments));
         // The reserved selectors sort between the whole page and every fragment id.
         assert!(!ANY.is_empty() && ANY < FORGOTTEN && FORGOTTEN < " " && FORGOTTEN < "!");
     }
