@@ -47,9 +47,13 @@ impl LeaseRequest {
 }
 
 /// A holder is a run id: a time-based (version 1) UUID, which says when the
-/// run started and is what the service records with its checkpoints.
+/// run started and is what the service records with its checkpoints. Its
+/// time is checked as a render time's is (not before 2001, not beyond the
+/// clock skew ahead): a run id from 1582 or next year is a client's mistake.
 pub fn check_holder(holder: &str) -> Result<revstore_keys::Tid, BodyError> {
-    revstore_keys::Tid::parse(holder).map_err(|e| BodyError(format!("holder: {e}")))
+    let tid = revstore_keys::Tid::parse(holder).map_err(|e| BodyError(format!("holder: {e}")))?;
+    tid.check_render_time(std::time::SystemTime::now()).map_err(|e| BodyError(format!("holder: {e}")))?;
+    Ok(tid)
 }
 
 /// A lease granted.
@@ -162,6 +166,12 @@ mod tests {
         // Not time UUIDs: no text of the caller's reaches a log as a holder.
         for holder in ["", "run 1", "a1b2c3d4-0000-41ee-8000-000000000000", &"x".repeat(129)] {
             assert!(step(holder, 500).is_err(), "{holder:?}");
+        }
+        // Time UUIDs, but not of a run: from 1582, and from far ahead.
+        let ahead = revstore_keys::Tid::min_at(std::time::SystemTime::now() + std::time::Duration::from_secs(86_400));
+        for holder in ["00000000-0000-1000-8000-000000000000".to_owned(), ahead.to_string()] {
+            let refused = step(&holder, 500).unwrap_err().0;
+            assert!(refused.contains("holder"), "{refused}");
         }
         assert!(step(RUN, 0).is_err());
         assert!(step(RUN, MAX_STEP_PARTITIONS + 1).is_err());

@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 mod peers;
+pub mod tokens;
 pub use peers::{Archived, GraphClient, JanitorClient, OldStoreClient};
 
 /// A problem document (RFC 9457) as revstore services send it.

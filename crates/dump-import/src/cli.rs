@@ -9,7 +9,7 @@
 //! with `--verify`, read back identical); 1 when some were not; 66 when the
 //! dump or the token cannot be read; 64 on bad arguments.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -40,7 +40,7 @@ pub struct ImportArgs {
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(0..=revstore_api::graph::MAX_PRIORITY))]
     pub template_priority: i64,
 
-    /// File with the write token, first line (else `REVSTORE_WRITE_TOKENS`' first
+    /// Token file: the import sends its first token (else `REVSTORE_WRITE_TOKENS`' first
     /// token, else DATA_DIR/write-token as `revstore up` keeps it).
     #[arg(long, env = "REVSTORE_WRITE_TOKENS_FILE")]
     pub write_tokens_file: Option<PathBuf>,
@@ -65,19 +65,17 @@ pub struct ImportArgs {
 /// The write token: the file named, else `REVSTORE_WRITE_TOKENS`' first, else
 /// the data directory's; `None` when there is none (a read-only `--verify`).
 fn write_token(args: &ImportArgs) -> Result<Option<String>, String> {
-    let first_line = |path: &Path| -> Result<Option<String>, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Ok(text.lines().map(str::trim).find(|line| !line.is_empty()).map(str::to_owned))
-    };
+    use revstore_client::tokens::{parse_token_list, read_peer_token};
     if let Some(path) = &args.write_tokens_file {
-        return first_line(path);
+        return read_peer_token(path, "write token").map(Some).map_err(|e| e.to_string());
     }
-    let from_env = std::env::var("REVSTORE_WRITE_TOKENS").ok();
-    if let Some(token) = from_env.as_deref().and_then(|t| t.split(',').map(str::trim).find(|t| !t.is_empty())) {
-        return Ok(Some(token.to_owned()));
+    if let Ok(list) = std::env::var("REVSTORE_WRITE_TOKENS")
+        && let Some(token) = parse_token_list(&list, "write token").map_err(|e| e.to_string())?.into_iter().next()
+    {
+        return Ok(Some(token));
     }
     let kept = args.data_dir.join("write-token");
-    if kept.exists() { first_line(&kept) } else { Ok(None) }
+    if kept.exists() { read_peer_token(&kept, "write token").map(Some).map_err(|e| e.to_string()) } else { Ok(None) }
 }
 
 /// Runs `revstore import` and says how it went, as an exit status.

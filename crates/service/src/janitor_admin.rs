@@ -38,8 +38,17 @@ use utoipa::OpenApi;
 use crate::problem::Problem;
 use crate::{Access, ApiError, Platform, Routes, WriteAccess};
 
-/// The one lease all runs of the janitor contend for, in each service.
-const LEASE_NAME: &str = "janitor";
+/// The row keys of a service's lease and checkpoints carry the service's
+/// name: the services of one wiki may share a keyspace (the Kubernetes base
+/// points them all at one), and each keeps its own positions there. The lease
+/// is the service's name; a checkpoint is `service/job`.
+fn lease_key(service: &str) -> Value {
+    Value::from(service)
+}
+
+fn checkpoint_key(service: &str, job: &str) -> Value {
+    Value::from(format!("{service}/{job}"))
+}
 
 /// One step's result: the report, and where the next step starts (`None`:
 /// the sweep is complete).
@@ -100,9 +109,13 @@ impl JanitorAdmin {
         self.platform.store()
     }
 
+    fn service(&self) -> &'static str {
+        self.platform.service()
+    }
+
     /// The lease's holder and expiry, if anyone holds it.
     async fn lease(&self) -> Result<Option<(String, i64)>, StoreError> {
-        let row = self.store().get(&LEASES, vec![Value::from(LEASE_NAME)], None).await?;
+        let row = self.store().get(&LEASES, vec![lease_key(self.service())], None).await?;
         Ok(row.and_then(|r| Some((r.text("owner")?.to_owned(), r.timestamp("expires_at").unwrap_or(0)))))
     }
 }
@@ -138,7 +151,7 @@ async fn take_lease(_: WriteAccess, State(admin): State<JanitorAdmin>, Json(requ
     let now = SystemTime::now();
     let expires_at = millis(now + Duration::from_secs(request.ttl_secs));
     let lease_row = |acquired_at: i64| {
-        Upsert::new(&LEASES, [Value::from(LEASE_NAME)])
+        Upsert::new(&LEASES, [lease_key(admin.service())])
             .set("owner", holder.clone())
             .set("acquired_at", Value::Timestamp(acquired_at))
             .set("expires_at", Value::Timestamp(expires_at))
@@ -158,7 +171,7 @@ async fn take_lease(_: WriteAccess, State(admin): State<JanitorAdmin>, Json(requ
         let acquired_at = current.and_then(|r| r.timestamp("acquired_at")).unwrap_or(millis(now));
         let renewal = Cas {
             table: &LEASES,
-            partition: vec![Value::from(LEASE_NAME)],
+            partition: vec![lease_key(admin.service())],
             clustering: Some(Vec::new()),
             condition: Condition::Equals(vec![("owner", Value::from(holder.as_str()))]),
             writes: vec![lease_row(acquired_at).into()],
@@ -190,10 +203,10 @@ async fn give_back_lease(
     let holder = check_holder(&query.holder).map_err(|e| ApiError::bad_request(e.0))?.to_string();
     let release = Cas {
         table: &LEASES,
-        partition: vec![Value::from(LEASE_NAME)],
+        partition: vec![lease_key(admin.service())],
         clustering: Some(Vec::new()),
         condition: Condition::Equals(vec![("owner", Value::from(holder.as_str()))]),
-        writes: vec![Delete::partition(&LEASES, [Value::from(LEASE_NAME)]).into()],
+        writes: vec![Delete::partition(&LEASES, [lease_key(admin.service())]).into()],
     };
     admin.store().cas(release).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -222,7 +235,7 @@ async fn step(
         Some((owner, until)) => return Err(refused(&owner, until)),
         None => return Err(ApiError::conflict("no janitor run holds the lease: take it first")),
     }
-    let checkpoints = Checkpoints { store: admin.store().clone() };
+    let checkpoints = Checkpoints { store: admin.store().clone(), service: admin.service() };
     let job = if request.dry_run { format!("{}:dry-run", sweep.task()) } else { sweep.task().to_owned() };
     let from = if request.restart { None } else { checkpoints.load(&job).await? };
     let resumed = from.is_some();
@@ -245,28 +258,30 @@ async fn purge(_: WriteAccess, State(admin): State<JanitorAdmin>) -> Result<Json
     Ok(Json(PurgeReport { rows: stats.rows, tombstones: stats.tombstones, bytes_freed: stats.bytes_freed }))
 }
 
-/// Where each sweep resumes, one row per job (`retention`, `audit:dry-run`…).
+/// Where each of the service's sweeps resumes, one row per job (`retention`,
+/// `audit:dry-run`…), keyed by the service too.
 struct Checkpoints {
     store: Store,
+    service: &'static str,
 }
 
 impl Checkpoints {
     async fn load(&self, job: &str) -> Result<Option<Vec<u8>>, ApiError> {
-        let row = self.store.get(&CHECKPOINTS, vec![Value::from(job)], None).await?;
+        let row = self.store.get(&CHECKPOINTS, vec![checkpoint_key(self.service, job)], None).await?;
         let Some(cursor) = row.as_ref().and_then(|r| r.text("cursor")) else { return Ok(None) };
         match URL_SAFE_NO_PAD.decode(cursor) {
             Ok(position) => Ok(Some(position)),
             Err(_) => {
                 // Only this code writes checkpoints: an unreadable one means an
                 // older build's; starting the sweep over is always safe.
-                tracing::warn!(job, "unreadable janitor checkpoint: the sweep starts over");
+                tracing::warn!(service = self.service, job, "unreadable janitor checkpoint: the sweep starts over");
                 Ok(None)
             }
         }
     }
 
     async fn save(&self, job: &str, position: &[u8], run: &Tid) -> Result<(), ApiError> {
-        let row = Upsert::new(&CHECKPOINTS, [Value::from(job)])
+        let row = Upsert::new(&CHECKPOINTS, [checkpoint_key(self.service, job)])
             .set("cursor", URL_SAFE_NO_PAD.encode(position))
             .set("run_id", Value::TimeUuid(run.uuid()))
             .set("updated_at", Value::Timestamp(millis(SystemTime::now())));
@@ -274,7 +289,7 @@ impl Checkpoints {
     }
 
     async fn clear(&self, job: &str) -> Result<(), ApiError> {
-        Ok(self.store.write(Delete::partition(&CHECKPOINTS, [Value::from(job)])).await?)
+        Ok(self.store.write(Delete::partition(&CHECKPOINTS, [checkpoint_key(self.service, job)])).await?)
     }
 }
 

@@ -248,14 +248,17 @@ fn read_secret_file(path: &PathBuf, what: &str) -> Result<String, SettingsError>
     std::fs::read_to_string(path).map_err(|e| SettingsError(format!("cannot read the {what} file {}: {e}", path.display())))
 }
 
+/// The tokens given inline and in the file, each checked by the one rule of
+/// [`revstore_client::tokens`].
 fn tokens(inline: &[Secret], file: Option<&PathBuf>, what: &str) -> Result<Vec<Secret>, SettingsError> {
-    let mut all: Vec<Secret> = inline.iter().filter(|t| !t.0.trim().is_empty()).map(|t| Secret(t.0.trim().to_owned())).collect();
-    if let Some(path) = file {
-        let text = read_secret_file(path, what)?;
-        all.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(Secret::new));
+    use revstore_client::tokens::{check_token, read_token_file};
+    let mut all = Vec::new();
+    for token in inline.iter().map(|t| t.0.trim()).filter(|t| !t.is_empty()) {
+        check_token(token, what).map_err(|e| SettingsError(e.to_string()))?;
+        all.push(Secret::new(token));
     }
-    if let Some(short) = all.iter().find(|t| t.0.len() < 16) {
-        return Err(SettingsError(format!("a {what} is {} characters long; use at least 16", short.0.len())));
+    if let Some(path) = file {
+        all.extend(read_token_file(path, what).map_err(|e| SettingsError(e.to_string()))?.into_iter().map(Secret::new));
     }
     Ok(all)
 }

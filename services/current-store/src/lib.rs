@@ -56,7 +56,7 @@ pub struct Args {
     #[arg(long, env = "REVSTORE_NOTIFY_GRAPH", default_value_t = false)]
     pub notify_graph: bool,
 
-    /// File with the bearer token this service presents to old-store and the graph.
+    /// Token file: this service presents its first token to old-store and the graph.
     #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<std::path::PathBuf>,
 }
@@ -82,12 +82,7 @@ impl ServiceDefinition for CurrentStore {
             return Err("--notify-graph needs --graph-url".into());
         }
         let peer_token = match &args.peer_token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the peer token file {}: {e}", path.display()))?
-                    .trim()
-                    .to_owned(),
-            ),
+            Some(path) => Some(revstore_client::tokens::read_peer_token(path, "peer token")?),
             None => None,
         };
         let client = |url: &Option<String>, what: &str| -> Result<Option<HttpClient>, BoxError> {

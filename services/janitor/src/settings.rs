@@ -100,7 +100,7 @@ pub struct Settings {
     #[arg(long, env = "REVSTORE_GRAPH_URL")]
     pub graph_url: Option<String>,
 
-    /// File with the write token the janitor presents to the services.
+    /// Token file: the janitor presents its first token (a write token of the services).
     #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<PathBuf>,
 
@@ -166,9 +166,7 @@ impl Settings {
             return Err("--deadline-secs and --call-timeout-secs must be positive".into());
         }
         let token = match &self.peer_token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?.trim().to_owned(),
-            ),
+            Some(path) => Some(revstore_client::tokens::read_peer_token(path, "peer token").map_err(|e| e.to_string())?),
             None => None,
         };
         let options = ClientOptions { token, timeout: Duration::from_secs(self.call_timeout_secs), retries: 0, ..ClientOptions::default() };

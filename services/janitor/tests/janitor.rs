@@ -70,7 +70,10 @@ async fn system(engine: Engine) -> System {
         store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
     }
     let mut token_file = tempfile::NamedTempFile::new().expect("token file");
-    std::io::Write::write_all(&mut token_file, TOKEN.as_bytes()).expect("token");
+    // A file in mid-rotation, as Kubernetes mounts it for the services too: the
+    // janitor sends the first token (it once sent the whole file as one).
+    let rotating = format!("# rotating: the next token below\n{TOKEN}\njanitor-next-token-0123456789\n");
+    std::io::Write::write_all(&mut token_file, rotating.as_bytes()).expect("token");
     let token_path = token_file.path().to_str().expect("utf-8").to_owned();
     let old = start_with_store::<OldStore>(stores[1].clone(), TOKEN, &[]).await;
     let graph = start_with_store::<DependencyGraph>(stores[2].clone(), TOKEN, &[]).await;
@@ -384,7 +387,101 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
     assert_eq!(again["tasks"]["archive"]["services"]["current-store"]["rows"], 0, "{again}");
 }
 
+/// The Kubernetes base points the three services at one keyspace. Their
+/// checkpoints were keyed by the task alone, so a sweep cut mid-way at one
+/// service resumed at another's position (skipping partitions, wrong audit
+/// totals), and they shared one lease row. Now each service keeps its own:
+/// audits stepped a few partitions at a time, in turn, visit every partition
+/// of each service exactly once, as a whole audit of each alone does.
+async fn services_sharing_one_keyspace_resume_their_own_sweeps(engine: Engine) {
+    let (store, _dir, _keyspace) = match engine {
+        Engine::Embedded => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            (open_store(dir.path(), &ManualClock::starting_now()), Some(dir), None)
+        }
+        Engine::Cassandra => {
+            let keyspace = TestKeyspace::new("janitor_shared");
+            (Store::new(Arc::new(keyspace.connect().await)), None, Some(keyspace))
+        }
+    };
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    let old = start_with_store::<OldStore>(store.clone(), TOKEN, &[]).await;
+    let graph = start_with_store::<DependencyGraph>(store.clone(), TOKEN, &[]).await;
+    let current = start_with_store::<CurrentStore>(store.clone(), TOKEN, &[]).await;
+    let http = reqwest::Client::new();
+    let generator = TidGenerator::new();
+    for t in 0..12 {
+        let render = json!({"html": "<p>x</p>", "data-parsoid": {}, "section-offsets": {}});
+        let r =
+            http.put(current.url(&format!("/{DOMAIN}/v1/page/Shared_{t}/1/{}", generator.next()))).bearer_auth(TOKEN).json(&render).send();
+        assert_eq!(r.await.expect("render").status(), 201);
+        let r =
+            http.put(old.url(&format!("/{DOMAIN}/v1/archive/Shared_{t}/1/{}", generator.next()))).bearer_auth(TOKEN).json(&render).send();
+        assert!(r.await.expect("archive").status().is_success());
+        let deps = json!({"edges": [{"parent": format!("Template:T{}", t % 3), "type": "modification", "priority": 1}]});
+        let r = http.put(graph.url(&format!("/{DOMAIN}/v1/deps/Shared_{t}"))).bearer_auth(TOKEN).json(&deps).send();
+        assert!(r.await.expect("deps").status().is_success());
+    }
+    let services = [("current-store", &current), ("old-store", &old), ("dependency-graph", &graph)];
+    let holder = generator.next().to_string();
+    for (name, service) in services {
+        let lease = http.post(service.url("/admin/janitor/lease")).bearer_auth(TOKEN).json(&json!({"holder": holder, "ttl_secs": 600}));
+        assert_eq!(lease.send().await.expect("lease").status(), 200, "{name}'s lease");
+    }
+    // One audit step: the partitions it visited per table, whether it
+    // resumed, whether the sweep is complete.
+    let step = async |service: &Service, budget: u32, restart: bool| -> (std::collections::BTreeMap<String, u64>, bool, bool) {
+        let request = json!({"holder": holder, "budget": budget, "restart": restart});
+        let answer = http.post(service.url("/admin/janitor/audit/step")).bearer_auth(TOKEN).json(&request).send().await.expect("step");
+        assert_eq!(answer.status(), 200);
+        let report: Json = answer.json().await.expect("json");
+        let tables =
+            report["tables"].as_object().map(|t| t.iter().map(|(k, v)| (k.clone(), v["partitions"].as_u64().unwrap_or(0))).collect());
+        (tables.unwrap_or_default(), report["resumed"] == true, report["done"] == true)
+    };
+    let add = |into: &mut std::collections::BTreeMap<String, u64>, from: std::collections::BTreeMap<String, u64>| {
+        for (table, n) in from {
+            *into.entry(table).or_default() += n;
+        }
+    };
+    // Each service's audit whole, alone: what every partition visited once adds up to.
+    let mut whole = Vec::new();
+    for (name, service) in services {
+        let (mut tables, mut restart) = (Default::default(), true);
+        loop {
+            let (visited, _, done) = step(service, 10_000, restart).await;
+            add(&mut tables, visited);
+            restart = false;
+            if done {
+                break;
+            }
+        }
+        assert!(tables.values().sum::<u64>() >= 12, "{name} audited {tables:?}");
+        whole.push(tables);
+    }
+    // Then all three cut into steps of 2 partitions, taken in turn.
+    let mut stepped: Vec<std::collections::BTreeMap<String, u64>> = vec![Default::default(); 3];
+    let mut done = [false; 3];
+    let mut first = true;
+    while done.contains(&false) {
+        for (i, (name, service)) in services.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
+            let (visited, resumed, finished) = step(service, 2, first).await;
+            assert!(first || resumed || finished, "{name}'s step did not resume from its own checkpoint");
+            add(&mut stepped[i], visited);
+            done[i] = finished;
+        }
+        first = false;
+    }
+    for (i, (name, _)) in services.iter().enumerate() {
+        assert_eq!(stepped[i], whole[i], "{name}: the interleaved audit visited other partitions than the whole one");
+    }
+}
+
 revstore_test_service::on_both_engines!(
+    services_sharing_one_keyspace_resume_their_own_sweeps,
     a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed,
     a_graph_divergence_is_found_and_repaired,
     a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap,

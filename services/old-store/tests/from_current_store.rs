@@ -289,3 +289,46 @@ async fn an_unreachable_old_store_is_a_generic_503() {
     assert!(!problem.to_string().contains("127.0.0.1") && !problem.to_string().contains("http://"), "{problem}");
     assert!(problem["request_id"].is_string(), "the request id leads to the cause in the logs: {problem}");
 }
+
+/// The probe's token rotation: one file mounted as old-store's write tokens
+/// and current-store's peer token, with the new token added below the old.
+/// current-store used to send the whole file as one token (a newline in a
+/// header): no first render reached old-store until the file had one line
+/// again. Now it sends the first line, and both tokens write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_token_file_keeps_the_hand_off_flowing() {
+    let (old_token, new_token) = ("rotation-old-token-0123456789", "rotation-new-token-0123456789");
+    let file = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(file.path(), format!("# rotating: the new token below the old\n{old_token}\n{new_token}\n")).expect("write");
+    let tokens = file.path().to_str().expect("utf-8");
+    let old = start_on(Engine::Embedded, &["--write-tokens-file", tokens]).await;
+    let current = revstore_test_service::start_on::<CurrentStore>(
+        Engine::Embedded,
+        CURRENT_TOKEN,
+        &["--old-store-url", &old.url(""), "--peer-token-file", tokens, "--write-tokens-file", tokens],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    for (rev, token) in [(1u64, new_token), (2, old_token)] {
+        let body = json!({ "html": format!("<p>{rev}</p>"), "data-parsoid": {}, "section-offsets": {} });
+        let r = http.post(current.url(&format!("/en.wikipedia.org/v1/page/Rotated/{rev}"))).bearer_auth(token).json(&body).send().await;
+        assert_eq!(r.expect("send").status(), 201, "rev {rev} with the {} token", if rev == 1 { "new" } else { "old" });
+    }
+    eventually("both first renders reach old-store", async || {
+        let list: serde_json::Value =
+            http.get(old.url("/en.wikipedia.org/v1/archive/revisions/Rotated")).send().await.expect("send").json().await.expect("json");
+        list["items"].as_array().is_some_and(|items| items.len() == 2)
+    })
+    .await;
+    assert!(dead_letters(&http, &current).await.is_empty(), "nothing was refused on the way");
+    for (rev, token) in [(7, old_token), (8, new_token)] {
+        let direct = http
+            .put(old.url(&format!("/en.wikipedia.org/v1/archive/Direct/{rev}/{}", Tid::now())))
+            .bearer_auth(token)
+            .json(&json!({ "html": "<p>7</p>", "data-parsoid": {}, "section-offsets": {} }))
+            .send()
+            .await
+            .expect("send");
+        assert!(direct.status().is_success(), "old-store accepts each token of the file: {}", direct.status());
+    }
+}

@@ -150,7 +150,8 @@ async fn copy(
 }
 
 async fn up(args: UpArgs) -> Result<(), BoxError> {
-    let token_file = write_token(&args.data_dir)?;
+    let _lock = lock_data_dir(&args.data_dir)?;
+    let (token_file, token_origin) = write_token(&args.data_dir)?;
     // Listening on every address (in a container): the services call each other on the loopback.
     let peer_host = if args.host.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.host };
     let url = |port: u16| format!("http://{}", SocketAddr::new(peer_host, port));
@@ -187,12 +188,19 @@ async fn up(args: UpArgs) -> Result<(), BoxError> {
     tracing::info!(service = "revstore", current_store = %current_url, old_store = %old_url, dependency_graph = %graph_url, write_token_file = %token, "revstore is up");
     #[allow(clippy::print_stdout)]
     {
-        let secret = std::fs::read_to_string(&token_file).unwrap_or_default();
+        // The token itself only when it was generated on this start and a
+        // person is watching: stdout of a container ends up in its logs.
+        use std::io::IsTerminal;
+        let shown = match token_origin {
+            TokenOrigin::Generated if std::io::stdout().is_terminal() => {
+                format!("a new write token, {}, kept in {token}", std::fs::read_to_string(&token_file).unwrap_or_default().trim())
+            }
+            _ => format!("the write token is kept in {token}"),
+        };
         println!(
             "revstore is up: current-store {current_url}, old-store {old_url}, dependency-graph {graph_url}; the janitor every {}s\n\
-             write token: {} (in {token}); Ctrl-C stops everything",
+             {shown}; Ctrl-C stops everything",
             args.janitor_every_secs.max(1),
-            secret.trim()
         );
     }
     let served = serve_all(vec![old_store, graph, current], shutdown_signal()).await;
@@ -211,17 +219,42 @@ async fn build<D: ServiceDefinition>(args: Vec<String>) -> Result<(revstore_serv
     Ok((D::build(args, context).await?, listener))
 }
 
-/// The write token's file: `REVSTORE_WRITE_TOKENS`' first token, else the one
-/// kept there, else a new one; readable by its owner only.
-fn write_token(data_dir: &Path) -> Result<PathBuf, BoxError> {
+/// Takes `DIR/LOCK` for as long as the returned file lives, so that a second
+/// `revstore up` on the same directory stops before it changes anything in it.
+fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, BoxError> {
     std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let path = data_dir.join("LOCK");
+    let lock = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    lock.try_lock().map_err(|_| format!("data directory {} is in use by another revstore up", data_dir.display()))?;
+    Ok(lock)
+}
+
+/// Where the write token comes from on this start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenOrigin {
+    Given,
+    Kept,
+    Generated,
+}
+
+/// The write token's file: `REVSTORE_WRITE_TOKENS`' first token, else the one
+/// kept there, else a new one; readable by its owner only. Call it with the
+/// directory's lock held.
+fn write_token(data_dir: &Path) -> Result<(PathBuf, TokenOrigin), BoxError> {
+    use revstore_client::tokens::{parse_token_list, read_peer_token};
     let path = data_dir.join("write-token");
-    let given = std::env::var("REVSTORE_WRITE_TOKENS").ok().and_then(|t| t.split(',').next().map(|t| t.trim().to_owned()));
-    let kept = std::fs::read_to_string(&path).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
-    let token = match (given.filter(|t| !t.is_empty()), kept) {
-        (Some(given), _) => given,
-        (None, Some(_kept)) => return Ok(path),
-        (None, None) => format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+    let given = match std::env::var("REVSTORE_WRITE_TOKENS") {
+        Ok(list) => parse_token_list(&list, "write token")?.into_iter().next(),
+        Err(_) => None,
+    };
+    let (token, origin) = match given {
+        Some(given) => (given, TokenOrigin::Given),
+        None if path.exists() => {
+            // Checked now, not by the first service to read it.
+            read_peer_token(&path, "write token")?;
+            return Ok((path, TokenOrigin::Kept));
+        }
+        None => (format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()), TokenOrigin::Generated),
     };
     std::fs::write(&path, format!("{token}\n")).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     #[cfg(unix)]
@@ -229,7 +262,7 @@ fn write_token(data_dir: &Path) -> Result<PathBuf, BoxError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
-    Ok(path)
+    Ok((path, origin))
 }
 
 /// Runs the janitor every `every` until `stop`, as a CronJob would; the last
@@ -254,7 +287,13 @@ async fn janitor_schedule(settings: revstore_janitor::Settings, every: Duration,
             }
         };
         let (outcome, summary) = janitor.run(stop.clone()).await;
-        tracing::info!(service = "janitor", outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run");
+        // A failed run (a 403 from a changed token, a service down) is the
+        // operator's to see: warn, with what the summary says stopped it.
+        if outcome == revstore_janitor::RunOutcome::Failed {
+            tracing::warn!(service = "janitor", outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run failed");
+        } else {
+            tracing::info!(service = "janitor", outcome = ?outcome, stopped = ?summary.stopped, summary = %summary_file.display(), "janitor run");
+        }
         if let Err(e) = std::fs::write(&summary_file, serde_json::to_vec(&summary).unwrap_or_default()) {
             tracing::warn!(error = %e, file = %summary_file.display(), "cannot keep the janitor's summary");
         }

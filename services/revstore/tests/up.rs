@@ -220,7 +220,7 @@ fn import_without_a_token_or_a_readable_dump_fails_clearly() {
     assert_eq!(no_token.status.code(), Some(66));
     assert!(String::from_utf8_lossy(&no_token.stderr).contains("no write token"), "{:?}", no_token);
     // A token, but the dump is not a dump.
-    std::fs::write(dir.path().join("write-token"), "t\n").expect("token");
+    std::fs::write(dir.path().join("write-token"), "import-test-token-0123456789\n").expect("token");
     let not_a_dump = dir.path().join("not-a-dump.xml.bz2");
     std::fs::write(&not_a_dump, "plain text").expect("file");
     let output = Command::new(env!("CARGO_BIN_EXE_revstore"))
@@ -308,4 +308,62 @@ async fn the_janitor_runs_on_its_schedule_each_run_complete_and_with_its_own_id(
         async move { two }
     })
     .await;
+}
+
+/// A second `revstore up` on a directory in use is refused, and changes
+/// nothing there: it once rewrote `DIR/write-token` with its own token before
+/// it found the directory locked, and every janitor run of the live system
+/// then failed with 403. The token is not printed either: stdout of the image's
+/// `up` lands in container logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_up_on_a_directory_in_use_changes_nothing_and_no_token_is_printed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (current, old, graph) = (free_port(), free_port(), free_port());
+    let given = "given-write-token-0123456789";
+    let stdout = dir.path().join("first.out");
+    let data = dir.path().join("data");
+    let first = Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .args(["up", "--data-dir", data.to_str().expect("utf-8")])
+        .args(["--current-store-port", &current.to_string(), "--old-store-port", &old.to_string(), "--graph-port", &graph.to_string()])
+        .env("REVSTORE_WRITE_TOKENS", given)
+        .env_remove("REVSTORE_CASSANDRA")
+        .env("RUST_LOG", "warn")
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .spawn()
+        .expect("start revstore up");
+    let _first = Running(first);
+    let http = reqwest::Client::new();
+    let ready = format!("http://127.0.0.1:{current}/readyz");
+    until(&ready, || {
+        let request = http.get(&ready).send();
+        async move { request.await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    let printed = std::fs::read_to_string(&stdout).expect("stdout");
+    assert!(printed.contains("revstore is up") && printed.contains("write-token"), "{printed}");
+    assert!(!printed.contains(given), "the token was printed: {printed}");
+    let kept = std::fs::read_to_string(data.join("write-token")).expect("token");
+
+    let second = Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .args(["up", "--data-dir", data.to_str().expect("utf-8")])
+        .args(["--current-store-port", &free_port().to_string(), "--old-store-port", &free_port().to_string()])
+        .args(["--graph-port", &free_port().to_string()])
+        .env("REVSTORE_WRITE_TOKENS", "another-write-token-0123456789")
+        .env_remove("REVSTORE_CASSANDRA")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run a second revstore up");
+    assert_eq!(second.status.code(), Some(1), "{second:?}");
+    assert!(String::from_utf8_lossy(&second.stderr).contains("in use"), "{second:?}");
+    assert_eq!(std::fs::read_to_string(data.join("write-token")).expect("token"), kept, "the running system's token changed");
+    // The running system still takes its own token.
+    let written = http
+        .post(format!("http://127.0.0.1:{current}/en.wikipedia.org/v1/page/Still_mine/1"))
+        .bearer_auth(given)
+        .header("content-type", "application/json")
+        .body(r#"{"html":"<p>x</p>","data-parsoid":{},"section-offsets":{}}"#)
+        .send()
+        .await
+        .expect("write");
+    assert_eq!(written.status(), 201);
 }
