@@ -83,7 +83,17 @@ pub struct ClientOptions {
     pub max_backoff: Duration,
     /// Sent as `Authorization: Bearer …`.
     pub token: Option<String>,
+    /// The largest successful answer read; a larger one is an error, never
+    /// held whole. (An error answer is read to [`MAX_ERROR_ANSWER_BYTES`].)
+    pub max_answer_bytes: usize,
 }
+
+/// The most of an error answer read: a problem document is small, and what a
+/// caller repeats of it (logs, the janitor's summary) stays small too.
+pub const MAX_ERROR_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The most of a problem's detail kept.
+const MAX_DETAIL_CHARS: usize = 1000;
 
 impl Default for ClientOptions {
     fn default() -> Self {
@@ -94,6 +104,7 @@ impl Default for ClientOptions {
             min_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
             token: None,
+            max_answer_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -189,14 +200,37 @@ impl HttpClient {
             url: url.to_owned(),
             reason: if e.is_timeout() { "timed out".to_owned() } else { e.to_string() },
         };
-        let response = request.send().await.map_err(transport)?;
+        let mut response = request.send().await.map_err(transport)?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.bytes().await.map_err(transport)?.to_vec();
-        if status.is_success() || status == StatusCode::NOT_MODIFIED {
+        let succeeded = status.is_success() || status == StatusCode::NOT_MODIFIED;
+        let cap = if succeeded { self.options.max_answer_bytes } else { MAX_ERROR_ANSWER_BYTES };
+        // Read chunk by chunk to the cap: an answer's size is the server's to
+        // choose, the memory it takes here is not.
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if body.len() + chunk.len() > cap {
+                if succeeded {
+                    return Err(ClientError::Decode {
+                        method,
+                        url: url.to_owned(),
+                        reason: format!("the answer is larger than the {cap} bytes this client reads"),
+                    });
+                }
+                body.extend_from_slice(&chunk[..cap - body.len()]);
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if succeeded {
             return Ok(Answer { status, headers, body });
         }
-        let problem = serde_json::from_slice::<Problem>(&body).ok().map(Box::new);
+        let problem = serde_json::from_slice::<Problem>(&body).ok().map(|mut p| {
+            if let Some((end, _)) = p.detail.char_indices().nth(MAX_DETAIL_CHARS) {
+                p.detail = format!("{}… ({} bytes)", &p.detail[..end], p.detail.len());
+            }
+            Box::new(p)
+        });
         Err(ClientError::Status { method, url: url.to_owned(), status, problem })
     }
 
@@ -272,6 +306,45 @@ mod tests {
         let err = client.send(Method::PUT, "/d/v1/archive/../1", http::HeaderMap::new(), None).await.unwrap_err();
         assert!(matches!(err, ClientError::DotSegment { .. }), "{err}");
         assert!(!err.is_transient());
+    }
+
+    /// One raw HTTP answer per connection, then the connection closed.
+    async fn serve_once(status: &'static str, content_type: &'static str, body: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head =
+                format!("HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(&body).await;
+        });
+        format!("http://{address}")
+    }
+
+    /// The probe's janitor: a 300 MB answer it could not read was copied
+    /// whole into its summary and log. Answers are read to a cap now, and what
+    /// an error repeats of them is short.
+    #[tokio::test]
+    async fn what_an_answer_can_make_a_caller_hold_or_repeat_is_bounded() {
+        let options = ClientOptions { retries: 0, max_answer_bytes: 1024 * 1024, ..ClientOptions::default() };
+        let detail = "d".repeat(8 * 1024 * 1024);
+        let problem = serde_json::json!({"type": "about:blank", "title": "x", "status": 500, "detail": detail, "request_id": null});
+        let base = serve_once("500 Internal Server Error", "application/problem+json", serde_json::to_vec(&problem).unwrap()).await;
+        let err = HttpClient::new(&base, options.clone()).unwrap().send(Method::GET, "/x", http::HeaderMap::new(), None).await.unwrap_err();
+        assert!(err.to_string().len() < 2 * MAX_DETAIL_CHARS, "{} bytes of error", err.to_string().len());
+        // A small problem comes through whole.
+        let small = serde_json::json!({"type": "about:blank", "title": "x", "status": 409, "detail": "held by run 7", "request_id": null});
+        let base = serve_once("409 Conflict", "application/problem+json", serde_json::to_vec(&small).unwrap()).await;
+        let err = HttpClient::new(&base, options.clone()).unwrap().send(Method::GET, "/x", http::HeaderMap::new(), None).await.unwrap_err();
+        assert!(err.to_string().ends_with(": held by run 7"), "{err}");
+        // A success over the cap is an error, not 8 MB held.
+        let base = serve_once("200 OK", "application/json", vec![b' '; 8 * 1024 * 1024]).await;
+        let err = HttpClient::new(&base, options).unwrap().send(Method::GET, "/x", http::HeaderMap::new(), None).await.unwrap_err();
+        assert!(matches!(err, ClientError::Decode { .. }) && err.to_string().contains("larger than the 1048576 bytes"), "{err}");
     }
 
     #[test]

@@ -118,6 +118,10 @@ impl GraphClient {
         GraphClient { http }
     }
 
+    pub fn base_url(&self) -> &str {
+        self.http.base_url()
+    }
+
     /// Posts a change notice (a [`revstore_api::ChangeNotice`], already JSON).
     pub async fn notify_json(&self, domain: &str, json: Vec<u8>) -> Result<(), ClientError> {
         self.http.send(Method::POST, &paths::graph_changes(domain), json_headers(), Some(json)).await?;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
 
+use crate::dump::{Limits, check_export};
 use crate::{Dependencies, ImportOptions, Mode, run_import};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +53,17 @@ pub struct ImportArgs {
     /// The wiki's domain (default: from the dump's siteinfo).
     #[arg(long)]
     pub domain: Option<String>,
+
+    /// The largest revision text taken, in bytes (old-store's body limit,
+    /// REVSTORE_BODY_LIMIT_BYTES, 32 MiB by default, bounds what it accepts);
+    /// a larger one is skipped, said, and never held whole.
+    #[arg(long, default_value_t = 30 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=1024 * 1024 * 1024))]
+    pub max_revision_bytes: u64,
+
+    /// The most templates one page's dependency set may have (the graph's
+    /// REVSTORE_GRAPH_MAX_EDGES); a page with more keeps the first.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_edges: u64,
 
     /// Pages written at the same time.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -109,10 +121,36 @@ pub async fn run(args: ImportArgs) -> ExitCode {
         None
     } else {
         match client(&args.graph_url, "--graph-url") {
-            Ok(http) => Some(Dependencies { graph: GraphClient::new(http), priority: args.template_priority }),
+            Ok(http) => {
+                Some(Dependencies { graph: GraphClient::new(http), priority: args.template_priority, max_edges: args.max_edges as usize })
+            }
             Err(code) => return code,
         }
     };
+    // Before anything is sent: the dump is one, and the services answer. A
+    // wrong file or a service down is one line now, not an hour of failures.
+    let dump = args.dump.clone();
+    match tokio::task::spawn_blocking(move || check_export(&dump)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("revstore import: {}: {e}", args.dump.display());
+            return ExitCode::from(66);
+        }
+        Err(e) => {
+            eprintln!("revstore import: {e}");
+            return ExitCode::from(70);
+        }
+    }
+    let mut services = vec![("old-store", old_store.base_url().to_owned())];
+    if let Some(dependencies) = &dependencies {
+        services.push(("dependency-graph", dependencies.graph.base_url().to_owned()));
+    }
+    for (name, url) in services {
+        if let Err(e) = ready(&url).await {
+            eprintln!("revstore import: {name} at {url} is not ready ({e}); start it first (revstore up)");
+            return ExitCode::from(69);
+        }
+    }
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} {msg} [{bar:40}] {binary_bytes}/{binary_total_bytes}, {binary_bytes_per_sec}, eta {eta}")
@@ -133,6 +171,7 @@ pub async fn run(args: ImportArgs) -> ExitCode {
         writers: args.writers as usize,
         mode: if args.verify { Mode::Verify } else { Mode::Import },
         dependencies,
+        limits: Limits { max_text_bytes: args.max_revision_bytes as usize },
     };
     let summary = match run_import(old_store, options, progress).await {
         Ok(s) => s,
@@ -146,4 +185,14 @@ pub async fn run(args: ImportArgs) -> ExitCode {
     eprintln!("{summary}");
     let bad = summary.failed.load(Ordering::Relaxed) + summary.mismatched.load(Ordering::Relaxed);
     if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+/// Whether the service at `url` answers `/readyz` with 200, within seconds.
+async fn ready(url: &str) -> Result<(), String> {
+    let options = ClientOptions { timeout: Duration::from_secs(10), retries: 1, ..ClientOptions::default() };
+    let http = HttpClient::new(url, options).map_err(|e| e.to_string())?;
+    http.send(http::Method::GET, "/readyz", http::HeaderMap::new(), None)
+        .await
+        .map(|_| ())
+        .map_err(|e| crate::dump::cut(&e.to_string(), 300))
 }

@@ -16,7 +16,7 @@ use revstore_client::{Archived, ClientError, GraphClient, OldStoreClient};
 use revstore_keys::Tid;
 use tokio::sync::mpsc;
 
-use crate::dump::{DumpError, Revision, read_dump};
+use crate::dump::{DumpError, Limits, Revision, cut, read_dump, shown};
 use crate::templates::transclusions;
 
 /// Archive the dump, or check that old-store returns every revision as the dump has it.
@@ -36,6 +36,8 @@ pub struct ImportOptions {
     pub mode: Mode,
     /// Where each page's template dependencies go; `None`: old-store only.
     pub dependencies: Option<Dependencies>,
+    /// How large a revision the reader takes (larger ones are skipped).
+    pub limits: Limits,
 }
 
 /// The dependency graph an import writes page → template edges to.
@@ -44,6 +46,9 @@ pub struct Dependencies {
     pub graph: GraphClient,
     /// The priority of every edge written (0 pull … 1000 push).
     pub priority: i64,
+    /// The most edges one page's set may have (the graph's
+    /// `REVSTORE_GRAPH_MAX_EDGES`); a page transcluding more keeps the first.
+    pub max_edges: usize,
 }
 
 /// What an import (or a verification) did.
@@ -57,6 +62,13 @@ pub struct ImportSummary {
     pub already: AtomicU64,
     /// Revisions whose text the dump hides.
     pub hidden: AtomicU64,
+    /// Revisions the import cannot take (a bad id or time, a text too large,
+    /// a title too long), each said once.
+    pub skipped: u64,
+    /// Transclusion names that are no title (`{{%41}}`), left out of their
+    /// page's set; and edges left out of sets over the limit.
+    pub names_skipped: AtomicU64,
+    pub edges_over_limit: AtomicU64,
     /// Verification: revisions read back identical, and different or missing.
     pub identical: AtomicU64,
     pub mismatched: AtomicU64,
@@ -83,16 +95,19 @@ impl std::fmt::Display for ImportSummary {
         )?;
         write!(
             f,
-            "stored {}, already there {}, text hidden in the dump {}, read back identical {}, different or missing {}, failed {}; \
-             dependency sets {} with {} template edges",
+            "stored {}, already there {}, text hidden in the dump {}, skipped {}, read back identical {}, different or missing {}, failed {}; \
+             dependency sets {} with {} template edges ({} names that are no title and {} edges over the limit left out)",
             n(&self.stored),
             n(&self.already),
             n(&self.hidden),
+            self.skipped,
             n(&self.identical),
             n(&self.mismatched),
             n(&self.failed),
             n(&self.dependency_sets),
-            n(&self.dependency_edges)
+            n(&self.dependency_edges),
+            n(&self.names_skipped),
+            n(&self.edges_over_limit)
         )
     }
 }
@@ -160,7 +175,15 @@ pub async fn run_import(
             &queues[(hasher.finish() % queues.len() as u64) as usize]
         };
         let send = |job: Job, title: &str| queue_of(title).blocking_send(job).map_err(|_| "a writer stopped".to_owned());
-        let parsed = read_dump(&path, progress, |info, revision| {
+        let limits = options.limits;
+        let parsed = read_dump(&path, limits, progress, |info, item| {
+            let revision = match item {
+                Ok(revision) => revision,
+                Err(skipped) => {
+                    eprintln!("revstore import: {skipped}");
+                    return Ok(());
+                }
+            };
             let domain = match &domain {
                 Some(d) => d.clone(),
                 None => {
@@ -202,6 +225,7 @@ pub async fn run_import(
     let mut summary = Arc::into_inner(summary).unwrap_or_default();
     summary.pages = info.pages;
     summary.revisions = info.revisions;
+    summary.skipped = info.skipped;
     summary.elapsed = started.elapsed();
     Ok(summary)
 }
@@ -236,7 +260,7 @@ async fn writer(
         };
         if let Err(e) = result {
             summary.failed.fetch_add(1, Ordering::Relaxed);
-            eprintln!("revision {rev_id} of {title}: {e}");
+            eprintln!("revision {rev_id} of {}: {}", shown(&title), cut(&e.to_string(), 1000));
         }
     }
 }
@@ -276,11 +300,11 @@ async fn verify(
         }
         Some(_) => {
             summary.mismatched.fetch_add(1, Ordering::Relaxed);
-            eprintln!("revision {rev_id} of {title}: old-store returns different text");
+            eprintln!("revision {rev_id} of {}: old-store returns different text", shown(title));
         }
         None => {
             summary.mismatched.fetch_add(1, Ordering::Relaxed);
-            eprintln!("revision {rev_id} of {title}: not in old-store");
+            eprintln!("revision {rev_id} of {}: not in old-store", shown(title));
         }
     }
     Ok(())
@@ -295,6 +319,32 @@ async fn write_dependencies(
     parents: Vec<String>,
     summary: &ImportSummary,
 ) {
+    // A name that is no title would make the graph refuse the whole set:
+    // left out (and counted), the rest kept. Over the limit: the first kept.
+    let rules = revstore_keys::TitleRules::default();
+    let (mut parents, bad): (Vec<String>, Vec<String>) =
+        parents.into_iter().partition(|parent| revstore_keys::Title::parse(parent, rules).is_ok());
+    if !bad.is_empty() {
+        summary.names_skipped.fetch_add(bad.len() as u64, Ordering::Relaxed);
+        eprintln!(
+            "dependencies of {}: left out {} transclusion name(s) that are no title, e.g. {}",
+            shown(title),
+            bad.len(),
+            shown(&bad[0])
+        );
+    }
+    if parents.len() > dependencies.max_edges {
+        let over = parents.len() - dependencies.max_edges;
+        summary.edges_over_limit.fetch_add(over as u64, Ordering::Relaxed);
+        eprintln!(
+            "dependencies of {}: {} templates, over the {} a page may have; kept the first {}",
+            shown(title),
+            parents.len(),
+            dependencies.max_edges,
+            dependencies.max_edges
+        );
+        parents.truncate(dependencies.max_edges);
+    }
     let edges = parents.len() as u64;
     let outcome = match mode {
         Mode::Import => {
@@ -323,11 +373,11 @@ async fn write_dependencies(
         }
         Ok(false) => {
             summary.mismatched.fetch_add(1, Ordering::Relaxed);
-            eprintln!("dependencies of {title}: the graph lists other templates than the dump's latest revision transcludes");
+            eprintln!("dependencies of {}: the graph lists other templates than the dump's latest revision transcludes", shown(title));
         }
         Err(e) => {
             summary.failed.fetch_add(1, Ordering::Relaxed);
-            eprintln!("dependencies of {title}: {e}");
+            eprintln!("dependencies of {}: {}", shown(title), cut(&e.to_string(), 1000));
         }
     }
 }

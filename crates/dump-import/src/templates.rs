@@ -273,10 +273,42 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
 }
 
-/// The wikitext with comments and the content of opaque elements removed.
+/// The next occurrence of one needle at or after a position, for a scan that
+/// only moves forward: a found position is kept until the scan passes it, and
+/// "none after here" stays true further on. So a text of a million unclosed
+/// `<pre>` costs one pass per needle, not one per `<pre>`.
+struct Next<'a> {
+    haystack: &'a str,
+    needle: String,
+    /// The last search: where it started and what it found.
+    last: Option<(usize, Option<usize>)>,
+}
+
+impl<'a> Next<'a> {
+    fn new(haystack: &'a str, needle: impl Into<String>) -> Self {
+        Next { haystack, needle: needle.into(), last: None }
+    }
+
+    fn at_or_after(&mut self, from: usize) -> Option<usize> {
+        match self.last {
+            Some((searched_from, Some(found))) if searched_from <= from && found >= from => return Some(found),
+            Some((searched_from, None)) if searched_from <= from => return None,
+            _ => {}
+        }
+        let found = self.haystack.get(from..).and_then(|rest| rest.find(self.needle.as_str())).map(|at| from + at);
+        self.last = Some((from, found));
+        found
+    }
+}
+
+/// The wikitext with comments and the content of opaque elements removed,
+/// in time linear in its length whatever it holds.
 fn without_opaque_parts(wikitext: &str) -> String {
     let mut out = String::with_capacity(wikitext.len());
     let lower = wikitext.to_ascii_lowercase();
+    let mut tag_end = Next::new(&lower, ">");
+    let mut comment_end = Next::new(&lower, "-->");
+    let mut closes: Vec<Next<'_>> = OPAQUE_ELEMENTS.iter().map(|name| Next::new(&lower, format!("</{name}"))).collect();
     let mut i = 0;
     while i < wikitext.len() {
         let Some(offset) = lower[i..].find('<') else {
@@ -288,26 +320,22 @@ fn without_opaque_parts(wikitext: &str) -> String {
         let here = &lower[at..];
         if here.starts_with("<!--") {
             // An unclosed comment runs to the end, as MediaWiki reads it.
-            i = here.find("-->").map_or(wikitext.len(), |end| at + end + 3);
+            i = comment_end.at_or_after(at + 4).map_or(wikitext.len(), |end| end + 3);
             continue;
         }
-        let opaque = OPAQUE_ELEMENTS.iter().find(|name| {
+        let opaque = OPAQUE_ELEMENTS.iter().position(|name| {
             here[1..].starts_with(*name) && here[1 + name.len()..].starts_with(|c: char| c == '>' || c == '/' || c.is_whitespace())
         });
         match opaque {
-            Some(name) => {
-                let open_end = here.find('>').map_or(here.len(), |e| e + 1);
-                if here[..open_end].ends_with("/>") {
-                    i = at + open_end;
+            Some(element) => {
+                let open_end = tag_end.at_or_after(at).map_or(wikitext.len(), |e| e + 1);
+                if lower[at..open_end].ends_with("/>") {
+                    i = open_end;
                 } else {
-                    let close = format!("</{name}");
-                    i = match here[open_end..].find(&close) {
-                        Some(c) => {
-                            let after = open_end + c;
-                            at + here[after..].find('>').map_or(here.len(), |e| after + e + 1)
-                        }
+                    i = match closes[element].at_or_after(open_end) {
+                        Some(close) => tag_end.at_or_after(close).map_or(wikitext.len(), |e| e + 1),
                         // Unclosed: MediaWiki shows it as text; read it as text.
-                        None => at + open_end,
+                        None => open_end,
                     };
                 }
             }
@@ -372,5 +400,20 @@ mod tests {
         assert_eq!(transclusions("{{ünïcode name}}"), ["Template:Ünïcode_name"]);
         assert_eq!(transclusions("{{Open"), Vec::<String>::new(), "a call never closed is text");
         assert_eq!(transclusions("{{Infobox\n| name = x\n}}{{Two\nlines}}"), ["Template:Infobox"]);
+    }
+
+    /// The probe's hostile page: `<pre>` over and over, never closed (once a
+    /// scan to the end per `<pre>`: 5 s at 800 KB). Each reads as text, so the
+    /// templates between them count; closed ones still hide theirs.
+    #[test]
+    fn unclosed_opaque_elements_read_as_text_and_closed_ones_hide() {
+        let hostile = "<pre>{{X}}".repeat(20_000) + "<pre";
+        assert_eq!(transclusions(&hostile), ["Template:X"]);
+        // An opening tag runs to the next `>`, as MediaWiki reads it: the
+        // `<pre {{Hidden_too}}` one to the next `<pre>`'s.
+        let mixed = "<pre>{{Hidden}}</pre>{{Shown}}<pre {{Hidden_too}}".repeat(1_000) + "<nowiki>{{Kept}}";
+        assert_eq!(transclusions(&mixed), ["Template:Kept", "Template:Shown"]);
+        let comments = "<!-- {{C}} --> {{D}} <!--".repeat(1_000);
+        assert_eq!(transclusions(&comments), ["Template:D"]);
     }
 }

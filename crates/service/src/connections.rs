@@ -142,13 +142,20 @@ impl CloseReason {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Registry {
+    /// The service whose connections these are: its metrics' `service` label
+    /// (several services can share a process under `revstore up`).
+    service: &'static str,
     open: Mutex<HashMap<u64, Arc<Connection>>>,
     freed: Notify,
 }
 
 impl Registry {
+    fn new(service: &'static str) -> Self {
+        Registry { service, open: Mutex::default(), freed: Notify::new() }
+    }
+
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -156,7 +163,7 @@ impl Registry {
     fn close(&self, connection: &Connection, reason: CloseReason) {
         if !connection.close.is_cancelled() {
             connection.close.cancel();
-            metrics::counter!("http_connections_closed_total", "reason" => reason.label()).increment(1);
+            metrics::counter!("http_connections_closed_total", "service" => self.service, "reason" => reason.label()).increment(1);
         }
     }
 
@@ -218,7 +225,8 @@ pub struct LimitedListener {
 }
 
 impl LimitedListener {
-    pub fn new(listener: TcpListener, limits: ConnectionLimits) -> Self {
+    /// The listener of `service` (the label of its connection metrics).
+    pub fn new(listener: TcpListener, limits: ConnectionLimits, service: &'static str) -> Self {
         let max_connections = limits.effective_max_connections();
         if max_connections < limits.max_connections {
             tracing::info!(
@@ -227,7 +235,7 @@ impl LimitedListener {
                 "connection cap lowered to stay below the file-descriptor limit"
             );
         }
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::new(service));
         tokio::spawn(watchdog(Arc::downgrade(&registry), limits));
         LimitedListener { listener, max_connections, registry, next_id: AtomicU64::new(0), paused: AtomicBool::new(false) }
     }
@@ -257,7 +265,7 @@ async fn watchdog(registry: Weak<Registry>, limits: ConnectionLimits) {
         tick.tick().await;
         let Some(registry) = registry.upgrade() else { return };
         registry.enforce(&limits, Instant::now());
-        metrics::gauge!("http_open_connections").set(registry.open().len() as f64);
+        metrics::gauge!("http_open_connections", "service" => registry.service).set(registry.open().len() as f64);
     }
 }
 
@@ -427,7 +435,7 @@ mod tests {
             (Phase::Busy { requests: 1 }, false),
         ];
         for (phase, closed) in cases {
-            let registry = Registry::default();
+            let registry = Registry::new("test");
             let c = connection(phase);
             registry.open().insert(0, c.clone());
             registry.enforce(&LIMITS, now);
@@ -438,7 +446,7 @@ mod tests {
     #[test]
     fn the_cap_evicts_the_longest_waiting_and_never_a_busy_one() {
         let now = Instant::now();
-        let registry = Registry::default();
+        let registry = Registry::new("test");
         let busy = connection(Phase::Busy { requests: 1 });
         let old = connection(Phase::Waiting { since: now - Duration::from_secs(5), first_byte: None, fresh: true });
         let young = connection(Phase::Waiting { since: now, first_byte: None, fresh: true });

@@ -191,7 +191,11 @@ pub async fn serve_all(services: Vec<(Service, TcpListener)>, shutdown: impl Fut
 /// (its schema component) there when the settings say so (the embedded
 /// engine's default).
 pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) -> Result<Store, BoxError> {
-    let store = revstore_storage::open(settings.storage.clone()).await.map_err(|e| format!("cannot open storage: {e}"))?;
+    let mut storage = settings.storage.clone();
+    if let revstore_storage::StorageSettings::Embedded { options, .. } = &mut storage {
+        options.metrics_service = schema.name;
+    }
+    let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?;
     if settings.migrate_on_start {
         // Every service keeps the janitor's lease and checkpoints for its own tables.
         let outcomes = store.migrate(&[schema, &revstore_schema::version::JANITOR]).await.map_err(|e| format!("schema migration: {e}"))?;

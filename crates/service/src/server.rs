@@ -66,6 +66,7 @@ impl Platform {
     pub fn new(schema: &'static Component, store: Store, settings: ServiceSettings, openapi: utoipa::openapi::OpenApi) -> Self {
         // The recorder must exist before the first measurement, or it is lost.
         revstore_telemetry::prometheus();
+        let store = store.for_service(schema.name);
         let store = match &settings.page_token_key {
             Some(key) => store.with_page_token_key(key.expose().as_bytes()),
             None => store,
@@ -203,10 +204,53 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
     })))
 }
 
-async fn metrics() -> Response {
-    let mut response = revstore_telemetry::prometheus().render().into_response();
+async fn metrics(State(platform): State<Platform>) -> Response {
+    let mut response = series_of(platform.service(), &revstore_telemetry::prometheus().render()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
+}
+
+/// The exposition text without the series of other services: under `revstore
+/// up` three services share the process's one recorder, and each `/metrics`
+/// shows its own series (`service="…"`) and the process's unlabelled ones.
+fn series_of(service: &str, exposition: &str) -> String {
+    let other = |line: &str| {
+        let Some(labels) = line.split_once('{').map(|(_, rest)| rest) else { return false };
+        let mut rest = labels;
+        while let Some(at) = rest.find("service=\"") {
+            let starts_label = at == 0 || rest[..at].ends_with(',');
+            let value = &rest[at + "service=\"".len()..];
+            if starts_label {
+                return value.split_once('"').is_some_and(|(v, _)| v != service);
+            }
+            rest = value;
+        }
+        false
+    };
+    let mut out = String::with_capacity(exposition.len());
+    let mut header = String::new();
+    for line in exposition.lines() {
+        if line.starts_with('#') {
+            // A new family's header replaces one whose samples were all dropped.
+            let family = line.split_whitespace().nth(2).unwrap_or_default();
+            if line.starts_with("# HELP ") || header.split_whitespace().nth(2).is_none_or(|f| f != family) {
+                header.clear();
+            }
+            header.push_str(line);
+            header.push('\n');
+        } else if line.is_empty() {
+            // Between families: a header whose samples were all dropped ends here.
+            header.clear();
+            out.push('\n');
+        } else if !other(line) {
+            // A family's HELP and TYPE go out with its first sample kept.
+            out.push_str(&header);
+            header.clear();
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 async fn openapi(State(platform): State<Platform>) -> Json<utoipa::openapi::OpenApi> {
@@ -245,7 +289,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let service = platform.service();
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
-    let listener = LimitedListener::new(listener, platform.settings().connections);
+    let listener = LimitedListener::new(listener, platform.settings().connections, platform.service());
     let router = router.layer(axum::middleware::from_fn(track_requests));
     let server =
         axum::serve(listener, router.into_make_service_with_connect_info::<ConnectionHandle>()).with_graceful_shutdown(async move {
@@ -281,4 +325,35 @@ pub async fn serve(
     }
     tracing::info!(service, "stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::series_of;
+
+    #[test]
+    fn each_service_sees_its_own_series_and_the_unlabelled_ones() {
+        let exposition = "# HELP worker_state state\n# TYPE worker_state gauge\n\
+            worker_state{service=\"old-store\",worker=\"compactor\",state=\"idle\"} 1\n\
+            worker_state{service=\"current-store\",worker=\"outbox\",state=\"idle\"} 1\n\
+            \n\
+            # TYPE old_store_compactions_pending gauge\n\
+            old_store_compactions_pending{service=\"old-store\"} 0\n\
+            \n\
+            # TYPE http_requests_total counter\n\
+            http_requests_total{route=\"/x?service=\\\"old-store\\\"\",service=\"current-store\"} 3\n\
+            # TYPE revstore_janitor_run_seconds gauge\n\
+            revstore_janitor_run_seconds 2\n";
+        let current = series_of("current-store", exposition);
+        assert!(current.contains("worker=\"outbox\"") && !current.contains("compactor"), "{current}");
+        assert!(!current.contains("old_store_compactions_pending"), "{current}");
+        assert!(current.contains("http_requests_total{") && current.contains("revstore_janitor_run_seconds 2"), "{current}");
+        assert!(
+            current.contains("# HELP worker_state state\n# TYPE worker_state gauge\nworker_state{service=\"current-store\""),
+            "{current}"
+        );
+        let old = series_of("old-store", exposition);
+        assert!(old.contains("compactor") && old.contains("old_store_compactions_pending{") && !old.contains("outbox"), "{old}");
+        assert!(!old.contains("http_requests_total{"), "{old}");
+    }
 }

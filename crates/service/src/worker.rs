@@ -10,8 +10,8 @@
 //!   disk), every step would fail alike;
 //! - logs such an episode twice, when it starts and when steps succeed again,
 //!   not once per step;
-//! - measures every worker alike: `worker_state{worker,state}` (1 for the
-//!   state the worker is in, 0 for the others), `worker_steps_total{worker,outcome}`.
+//! - measures every worker alike: `worker_state{service,worker,state}` (1 for the
+//!   state the worker is in, 0 for the others), `worker_steps_total{service,worker,outcome}`.
 //!
 //! A step should return soon after the stop token is cancelled; waiting
 //! between steps is cancelled by the runner.
@@ -114,7 +114,8 @@ impl WorkerStatus {
     fn set_state(&self, state: WorkerState) {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).state = state;
         for each in WorkerState::ALL {
-            metrics::gauge!("worker_state", "worker" => self.name, "state" => each.name()).set(if each == state { 1.0 } else { 0.0 });
+            metrics::gauge!("worker_state", "service" => self.service, "worker" => self.name, "state" => each.name())
+                .set(if each == state { 1.0 } else { 0.0 });
         }
     }
 
@@ -146,7 +147,7 @@ pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, statu
         }
         match outcome {
             Ok(state) => {
-                metrics::counter!("worker_steps_total", "worker" => name, "outcome" => state.name()).increment(1);
+                metrics::counter!("worker_steps_total", "service" => service, "worker" => name, "outcome" => state.name()).increment(1);
                 if failures > 0 {
                     tracing::info!(service, worker = name, failures, "worker steps succeed again");
                     failures = 0;
@@ -165,7 +166,7 @@ pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, statu
                 }
             }
             Err(error) => {
-                metrics::counter!("worker_steps_total", "worker" => name, "outcome" => "failed").increment(1);
+                metrics::counter!("worker_steps_total", "service" => service, "worker" => name, "outcome" => "failed").increment(1);
                 failures = failures.saturating_add(1);
                 status.set_failures(failures);
                 let pause = failure_pause(failures);

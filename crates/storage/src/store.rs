@@ -136,6 +136,9 @@ pub struct Store {
     unbounded_read_cap: u32,
     /// Whether the last write found the storage full (shared by clones).
     full: Arc<std::sync::atomic::AtomicBool>,
+    /// Who uses the store: the `service` label of its metrics (several
+    /// services share a process under `revstore up`).
+    user: &'static str,
 }
 
 /// Used when a deployment configures no key of its own: tokens are then still
@@ -149,7 +152,21 @@ pub const UNBOUNDED_READ_CAP: u32 = 10_000;
 
 impl Store {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Store { engine, tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY), unbounded_read_cap: UNBOUNDED_READ_CAP, full: Arc::default() }
+        Store {
+            engine,
+            tokens: PageTokenCodec::new(DEFAULT_PAGE_TOKEN_KEY),
+            unbounded_read_cap: UNBOUNDED_READ_CAP,
+            full: Arc::default(),
+            user: "revstore",
+        }
+    }
+
+    /// The store as `service` uses it: its metrics carry `service="…"`, and
+    /// it keeps its own storage-full state.
+    pub fn for_service(mut self, service: &'static str) -> Self {
+        self.user = service;
+        self.full = Arc::default();
+        self
     }
 
     /// Lowers (or raises) the cap on reads without a limit; for tests.
@@ -187,7 +204,7 @@ impl Store {
             Err(StoreError::StorageFull(_)) => "full",
             Err(_) => "error",
         };
-        metrics::histogram!("storage_operation_duration_seconds", "engine" => self.kind().name(), "operation" => operation, "outcome" => outcome)
+        metrics::histogram!("storage_operation_duration_seconds", "service" => self.user, "engine" => self.kind().name(), "operation" => operation, "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
         result
     }
@@ -203,7 +220,7 @@ impl Store {
             Err(_) => return,
         };
         if self.full.swap(full, Ordering::Relaxed) != full {
-            metrics::gauge!("storage_full", "engine" => self.kind().name()).set(if full { 1.0 } else { 0.0 });
+            metrics::gauge!("storage_full", "service" => self.user, "engine" => self.kind().name()).set(if full { 1.0 } else { 0.0 });
             match result {
                 Err(e) => tracing::error!(error = %e, "storage is full: writes are refused until space is freed; reads go on"),
                 Ok(_) => tracing::warn!("storage has space again: writes are accepted"),

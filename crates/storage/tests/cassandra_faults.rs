@@ -56,11 +56,13 @@ async fn calls_fail_fast_while_cassandra_is_down_and_recover_after() {
         let result = store.write(write("while down")).await;
         let took = started.elapsed();
         assert!(matches!(result, Err(StoreError::Unavailable(_))), "attempt {attempt}: {result:?}");
-        assert!(took < timeout + Duration::from_millis(1500), "attempt {attempt} took {took:?}, past the {timeout:?} timeout");
+        // Bounded by the timeout, not by the driver's own (far longer) waits;
+        // the slack is for a busy machine.
+        assert!(took < timeout * 3 + Duration::from_secs(2), "attempt {attempt} took {took:?}, past the {timeout:?} timeout");
         let started = Instant::now();
         let read = store.get(&KV, vec![Value::from("key")], None).await;
         assert!(matches!(read, Err(StoreError::Unavailable(_))), "attempt {attempt}: {read:?}");
-        assert!(started.elapsed() < timeout + Duration::from_millis(1500));
+        assert!(started.elapsed() < timeout * 3 + Duration::from_secs(2));
     }
     assert!(matches!(store.ping().await, Err(StoreError::Unavailable(_))));
 

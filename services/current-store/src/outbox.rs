@@ -175,7 +175,7 @@ async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Opti
         dead = dead.set(col::STATUS, i64::from(status));
     }
     store.apply(vec![dead.into(), Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
-    metrics::counter!("outbox_dead_letters_total", "kind" => bounded_kind(kind)).increment(1);
+    metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => bounded_kind(kind)).increment(1);
     tracing::warn!(
         service = "current-store",
         shard,
@@ -366,7 +366,7 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
         let back: Write =
             copy_columns(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]), &row).set(col::ATTEMPTS, 0i64).into();
         store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
-        metrics::counter!("outbox_redriven_total", "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
+        metrics::counter!("outbox_redriven_total", "service" => crate::SERVICE, "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
         moved += 1;
     }
     if moved > 0 {

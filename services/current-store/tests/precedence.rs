@@ -12,7 +12,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::seq::SliceRandom;
 use revstore_current_store::pages::{Pages, Preconditions};
@@ -202,17 +202,27 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
         RenderId { rev: RevId::new(5).expect("rev"), tid: generator.next_at(now - Duration::from_secs(20)) },
         RenderId { rev: RevId::new(5).expect("rev"), tid: generator.next_at(now - Duration::from_secs(10)) },
     );
-    for (id, n) in [(r1, 0u64), (r2, 1)] {
-        pages.put(&domain, &title, id, &common::render(&html[n as usize], n), &Preconditions::default()).await.expect("put");
-    }
+    pages.put(&domain, &title, r1, &common::render(&html[0], 0), &Preconditions::default()).await.expect("put");
+    // The grace period of r1 starts with the write that supersedes it, which
+    // starts no earlier than this.
+    let superseding = Instant::now();
+    pages.put(&domain, &title, r2, &common::render(&html[1], 1), &Preconditions::default()).await.expect("put");
     let by_tid = |id: RenderId| {
         let (pages, domain, title) = (pages.clone(), domain.clone(), title.clone());
         async move { pages.of_tid(&domain, &title, id.rev, id.tid, &["tid"]).await.expect("read").map(|f| f.id) }
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(by_tid(r1).await, Some(r1), "superseded render gone before the grace period ended");
-    tokio::time::sleep(Duration::from_millis(4500)).await;
-    assert_eq!(by_tid(r1).await, None, "superseded render kept past the grace period");
+    // Waits for the state, not a guessed time: r1 stays until the grace period
+    // ends (Cassandra counts TTLs in whole seconds: up to 1 s early), then goes.
+    loop {
+        match by_tid(r1).await {
+            Some(found) => assert_eq!(found, r1),
+            None => break,
+        }
+        assert!(superseding.elapsed() < Duration::from_secs(60), "superseded render kept past the grace period");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kept = superseding.elapsed();
+    assert!(kept >= Duration::from_secs(3), "superseded render gone {kept:?} after it was superseded, before the grace period ended");
     assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r2), "the latest render never expires");
 }
 

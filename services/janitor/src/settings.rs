@@ -169,7 +169,14 @@ impl Settings {
             Some(path) => Some(revstore_client::tokens::read_peer_token(path, "peer token").map_err(|e| e.to_string())?),
             None => None,
         };
-        let options = ClientOptions { token, timeout: Duration::from_secs(self.call_timeout_secs), retries: 0, ..ClientOptions::default() };
+        // Step reports are small: an answer a step cannot be is refused at 1 MiB.
+        let options = ClientOptions {
+            token,
+            timeout: Duration::from_secs(self.call_timeout_secs),
+            retries: 0,
+            max_answer_bytes: 1024 * 1024,
+            ..ClientOptions::default()
+        };
         let mut targets = Vec::new();
         let mut skipped = Vec::new();
         for (service, url) in [

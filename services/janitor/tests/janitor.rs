@@ -17,6 +17,7 @@ use revstore_keys::TidGenerator;
 use revstore_old_store::OldStore;
 use revstore_schema::tables::current_store::CURRENT;
 use revstore_schema::tables::dependency_graph::DEPENDENTS;
+use revstore_schema::tables::janitor::CHECKPOINTS;
 use revstore_storage::testing::TestKeyspace;
 use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, Store, Upsert, Value};
 use revstore_test_service::{Engine, Service, start_with_store};
@@ -307,7 +308,14 @@ async fn a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap(eng
         command
     };
     let mut first = slow(&[]).spawn().expect("start the first run");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Midway: once its first step kept a checkpoint (it holds the lease then),
+    // however long the machine took to get it there.
+    let started = std::time::Instant::now();
+    let checkpoint = [Value::from("current-store/retention")];
+    while s.current_store.get(&CHECKPOINTS, checkpoint.to_vec(), None).await.expect("checkpoint").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the first run kept no checkpoint within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // A second run while the first holds the lease: exits 75 at once.
     let second = tokio::task::spawn_blocking({
@@ -364,10 +372,9 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
         async move { reqwest::get(url).await.expect("get").status().as_u16() }
     };
     // The handed ones arrive through the outbox; the lost ones never do.
-    for _ in 0..100 {
-        if reqwest::get(s.old.url(&format!("/{DOMAIN}/v1/archive/html/Handed_2/7"))).await.expect("get").status() == 200 {
-            break;
-        }
+    let started = std::time::Instant::now();
+    while reqwest::get(s.old.url(&format!("/{DOMAIN}/v1/archive/html/Handed_2/7"))).await.expect("get").status() != 200 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the handed renders did not reach old-store within 60 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(archived("Lost_0".into()).await, 404);

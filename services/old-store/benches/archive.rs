@@ -117,7 +117,14 @@ async fn main() {
             .unwrap(),
     );
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
-    let options = |mode| revstore_dump_import::ImportOptions { dump: dump.clone(), domain: None, writers: 8, mode, dependencies: None };
+    let options = |mode| revstore_dump_import::ImportOptions {
+        dump: dump.clone(),
+        domain: None,
+        writers: 8,
+        mode,
+        dependencies: None,
+        limits: revstore_dump_import::dump::Limits::default(),
+    };
     let imported = revstore_dump_import::run_import(client.clone(), options(revstore_dump_import::Mode::Import), |_, _| {}).await.unwrap();
     println!("import: {imported}\n");
     let verified = revstore_dump_import::run_import(client, options(revstore_dump_import::Mode::Verify), |_, _| {}).await.unwrap();

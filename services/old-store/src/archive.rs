@@ -411,7 +411,7 @@ impl Archive {
                 ],
             };
             if !self.inner.store.cas(cas).await?.applied {
-                metrics::counter!("old_store_slot_conflicts_total").increment(1);
+                metrics::counter!("old_store_slot_conflicts_total", "service" => crate::SERVICE).increment(1);
                 // Another writer took the slot: back off a little (jittered) and start over.
                 let pause = Duration::from_micros(200 * (attempt as u64 + 1) + u64::from(rand_jitter()));
                 tokio::time::sleep(pause).await;
@@ -513,10 +513,10 @@ impl Archive {
     async fn entry_in(&self, key: &BlockKey, slot: i64, committed: i64, with_base: bool) -> Result<Arc<DecodedEntry>, ArchiveError> {
         let cached = self.inner.cache.get(key);
         if let Some(entry) = cached.as_ref().and_then(|b| b.get(slot)) {
-            metrics::counter!("old_store_block_cache_total", "result" => "hit").increment(1);
+            metrics::counter!("old_store_block_cache_total", "service" => crate::SERVICE, "result" => "hit").increment(1);
             return Ok(entry.clone());
         }
-        metrics::counter!("old_store_block_cache_total", "result" => "miss").increment(1);
+        metrics::counter!("old_store_block_cache_total", "service" => crate::SERVICE, "result" => "miss").increment(1);
         // A second miss on a block means its reader is walking it: decode it all.
         let upto = if cached.is_some() { None } else { Some(slot) };
         let decoded = Arc::new(self.decode_block_in(key, upto, committed, with_base).await?);

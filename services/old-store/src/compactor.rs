@@ -63,7 +63,7 @@ impl Compactor {
     fn update(&self, key: BlockKey, f: impl FnOnce(&mut Job)) {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         f(jobs.entry(key).or_default());
-        metrics::gauge!("old_store_compactions_pending").set(jobs.len() as f64);
+        metrics::gauge!("old_store_compactions_pending", "service" => crate::SERVICE).set(jobs.len() as f64);
         drop(jobs);
         self.wake.notify_one();
     }
@@ -105,7 +105,7 @@ impl Compactor {
     /// Sweeps the debt table now, and records the report.
     pub async fn sweep(&self, archive: &Archive) -> Result<SweepReport, revstore_storage::StoreError> {
         let report = debt::sweep(archive.store(), self, archive.seal_level(), self.settle, MAX_SWEEP_BLOCKS).await?;
-        metrics::gauge!("old_store_compaction_debt_markers").set(report.markers as f64);
+        metrics::gauge!("old_store_compaction_debt_markers", "service" => crate::SERVICE).set(report.markers as f64);
         *self.last_sweep.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
         Ok(report)
     }
@@ -146,7 +146,7 @@ impl Compactor {
                 jobs.remove(&key);
             }
         }
-        metrics::gauge!("old_store_compactions_pending").set(jobs.len() as f64);
+        metrics::gauge!("old_store_compactions_pending", "service" => crate::SERVICE).set(jobs.len() as f64);
         // Under the queue's lock, so that no observer sees the job in neither place.
         self.compacting.store(true, Ordering::SeqCst);
         Ok((key, level))
@@ -194,35 +194,35 @@ impl Worker for Compaction {
             return Ok(WorkerState::Done);
         }
         let seconds = started.elapsed().as_secs_f64();
-        metrics::histogram!("old_store_compaction_seconds").record(seconds);
+        metrics::histogram!("old_store_compaction_seconds", "service" => crate::SERVICE).record(seconds);
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
-                metrics::counter!("old_store_compactions_total", "outcome" => "failed").increment(1);
+                metrics::counter!("old_store_compactions_total", "service" => crate::SERVICE, "outcome" => "failed").increment(1);
                 queue.schedule_settle(key.clone(), level);
                 return Err(format!("compacting block {key} at level {level}: {e}").into());
             }
         };
         match outcome {
             CompactionOutcome::Compacted { revisions, raw_bytes, stored_bytes, base } => {
-                metrics::counter!("old_store_compactions_total", "outcome" => "compacted").increment(1);
+                metrics::counter!("old_store_compactions_total", "service" => crate::SERVICE, "outcome" => "compacted").increment(1);
                 tracing::debug!(service = "old-store", block = %key, level, revisions, raw_bytes, stored_bytes, ?base, seconds, "compacted");
             }
             CompactionOutcome::Cancelled => return Ok(WorkerState::Done),
             CompactionOutcome::BaseUndecided => {
                 // The block before has not chosen its base yet: compact it
                 // first, then this one again (its debt is kept meanwhile).
-                metrics::counter!("old_store_compactions_total", "outcome" => "base_undecided").increment(1);
+                metrics::counter!("old_store_compactions_total", "service" => crate::SERVICE, "outcome" => "base_undecided").increment(1);
                 if key.block > 0 {
                     queue.schedule_now(BlockKey { block: key.block - 1, ..key.clone() }, level);
                 }
                 queue.schedule_settle(key, level);
             }
             CompactionOutcome::NothingToDo => {
-                metrics::counter!("old_store_compactions_total", "outcome" => "nothing_to_do").increment(1);
+                metrics::counter!("old_store_compactions_total", "service" => crate::SERVICE, "outcome" => "nothing_to_do").increment(1);
             }
             CompactionOutcome::LostRace => {
-                metrics::counter!("old_store_compactions_total", "outcome" => "lost_race").increment(1);
+                metrics::counter!("old_store_compactions_total", "service" => crate::SERVICE, "outcome" => "lost_race").increment(1);
                 queue.schedule_settle(key, level);
             }
         }

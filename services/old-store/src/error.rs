@@ -28,7 +28,7 @@ pub enum ArchiveError {
 impl ArchiveError {
     /// An integrity error, counted in `old_store_integrity_errors_total`.
     pub(crate) fn integrity(key: &BlockKey, what: impl std::fmt::Display) -> Self {
-        metrics::counter!("old_store_integrity_errors_total").increment(1);
+        metrics::counter!("old_store_integrity_errors_total", "service" => crate::SERVICE).increment(1);
         ArchiveError::Integrity { block: key.to_string(), what: what.to_string() }
     }
 

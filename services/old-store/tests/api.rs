@@ -112,8 +112,18 @@ async fn a_whole_history_lists_streams_and_reads_back_identical(engine: Engine) 
     for i in order.into_iter().take(30) {
         assert_eq!(get(&s, &format!("html/Anarchism/{}", 100 + i)).await.text().await.expect("body"), html[i], "revision {i}");
     }
-    // Once the compactor has settled every block, the same again, streamed.
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // Once the compactor has settled every block (waited for, not guessed),
+    // the same again, streamed.
+    let waiting = std::time::Instant::now();
+    loop {
+        let status: Value =
+            client().get(s.url("/admin/compaction")).bearer_auth(TOKEN).send().await.expect("send").json().await.expect("json");
+        if status["pending"] == 0 && status["compacting"] == false {
+            break;
+        }
+        assert!(waiting.elapsed() < std::time::Duration::from_secs(120), "compactions still pending: {status}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let stream = get(&s, "history/Anarchism").await;
     assert_eq!(stream.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/x-ndjson"));
     let text = stream.text().await.expect("body");

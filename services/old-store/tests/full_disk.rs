@@ -109,7 +109,7 @@ async fn after_a_crash_on_a_full_disk_old_store_starts_serves_reads_and_takes_wr
     assert_eq!(refused.status(), 503);
     assert_eq!(s.ready(&http).await["writes"], "refused: storage full");
     let metrics = http.get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
-    assert!(metrics.contains("storage_full{engine=\"embedded\"} 1"), "{metrics}");
+    assert!(metrics.contains("storage_full{service=\"old-store\",engine=\"embedded\"} 1"), "{metrics}");
 
     // Space returns: writes are taken again, with no restart.
     std::fs::remove_file(&reserve).expect("free the reserve");

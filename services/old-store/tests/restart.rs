@@ -82,7 +82,7 @@ async fn a_killed_old_store_compacts_what_it_owed_after_restart_without_a_new_wr
     for (i, h) in html.iter().skip(50).take(5).enumerate() {
         archive(&http, &s, "Owed_B", 1 + i as u64, h).await;
     }
-    assert_eq!(s.metric(&http, "old_store_compactions_pending").await, 2.0, "both open blocks wait to settle");
+    assert_eq!(s.metric(&http, "old_store_compactions_pending{service=\"old-store\"}").await, 2.0, "both open blocks wait to settle");
     s.kill_9();
 
     // Restarted, with a short settle period and no writes at all.
@@ -92,7 +92,7 @@ async fn a_killed_old_store_compacts_what_it_owed_after_restart_without_a_new_wr
     assert_eq!(first_sweep["markers"], 25, "the sweep at start found every render owed: {first_sweep}");
     assert_eq!(first_sweep["blocks"], 2, "{first_sweep}");
     assert_eq!(owed_after, 0, "the owed blocks were compacted at the seal level");
-    assert!(s.metric(&http, "old_store_compactions_total{outcome=\"compacted\"}").await >= 2.0);
+    assert!(s.metric(&http, "old_store_compactions_total{service=\"old-store\",outcome=\"compacted\"}").await >= 2.0);
     // And everything reads back from the compacted blocks.
     for (title, revisions) in [("Owed_A", html.iter().take(20).collect::<Vec<_>>()), ("Owed_B", html.iter().skip(50).take(5).collect())] {
         for (i, h) in revisions.into_iter().enumerate() {
@@ -108,14 +108,26 @@ async fn sigterm_stops_a_long_compaction_promptly_and_keeps_its_debt(engine: Eng
     let http = reqwest::Client::new();
     // Three revisions of about 4.4 MB: a level-19 compaction of seconds.
     let large = revstore_testdata::large_page_history(150, 3);
-    let s = storage.start(&["--settle-secs", "1"]);
+    // Written where nothing settles within the test (the test once used a 1 s
+    // settle period, and on a slow machine a compaction of two of the three
+    // started between the writes), then owed to the next process.
+    let s = storage.start(&["--settle-secs", "3600"]);
     s.ready(&http).await;
     for (i, page) in large.iter().enumerate() {
         archive(&http, &s, "Large", 1 + i as u64, page).await;
     }
-    // The settle job leaves the queue when its compaction starts.
+    s.terminate();
+    // Its sweep at start queues the three; one compaction of all of them
+    // starts a settle period later, and leaves the queue then.
+    let s = storage.start(&["--settle-secs", "1"]);
+    s.ready(&http).await;
+    let queued = Instant::now();
+    while admin(&http, &s, false, "/admin/compaction").await["last_sweep"].is_null() {
+        assert!(queued.elapsed() < Duration::from_secs(60), "no sweep at start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = Instant::now();
-    while s.metric(&http, "old_store_compactions_pending").await > 0.0 {
+    while s.metric(&http, "old_store_compactions_pending{service=\"old-store\"}").await > 0.0 {
         assert!(started.elapsed() < Duration::from_secs(30), "the compaction did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -126,7 +138,7 @@ async fn sigterm_stops_a_long_compaction_promptly_and_keeps_its_debt(engine: Eng
     let (first_sweep, owed_after) = owed_once_idle(&http, &s).await;
     assert_eq!(first_sweep["markers"], 3, "the stopped compaction's debt was kept: {first_sweep}");
     assert_eq!(owed_after, 0);
-    let compaction = s.metric(&http, "old_store_compaction_seconds_sum").await;
+    let compaction = s.metric(&http, "old_store_compaction_seconds_sum{service=\"old-store\"}").await;
     assert!(
         exit.as_secs_f64() * 2.0 < compaction,
         "SIGTERM took {exit:?} to stop, the compaction it interrupted takes {compaction:.1} s: it waited instead of cancelling"

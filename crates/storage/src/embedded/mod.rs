@@ -63,6 +63,8 @@ pub struct EmbeddedOptions {
     /// How often the engine itself purges expired data and old tombstones
     /// from disk (Cassandra does it in compaction); `None`: only when asked.
     pub purge_interval: Option<Duration>,
+    /// The `service` label of the engine's own metrics (its purges).
+    pub metrics_service: &'static str,
 }
 
 impl Default for EmbeddedOptions {
@@ -75,6 +77,7 @@ impl Default for EmbeddedOptions {
             cache_kib: 32 * 1024,
             clock: Arc::new(SystemClock),
             purge_interval: None,
+            metrics_service: "revstore",
         }
     }
 }
@@ -166,6 +169,7 @@ impl EmbeddedEngine {
             db_path: db_path.clone(),
             last_ts: last_ts.clone(),
             purge_interval: options.purge_interval,
+            metrics_service: options.metrics_service,
         };
         let handle = std::thread::Builder::new()
             .name("revstore-sqlite-writer".into())

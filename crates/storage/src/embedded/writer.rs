@@ -53,6 +53,8 @@ pub(crate) struct Writer {
     pub last_ts: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// How often to purge expired data between jobs.
     pub purge_interval: Option<std::time::Duration>,
+    /// The `service` label of the purge counters.
+    pub metrics_service: &'static str,
 }
 
 /// `now`, or one past the last timestamp handed out if that is later; handed out.
@@ -685,8 +687,10 @@ impl Writer {
     fn purge_and_report(&mut self) {
         match self.purge() {
             Ok(stats) => {
-                metrics::counter!("storage_purged_rows_total", "engine" => "embedded").increment(stats.rows);
-                metrics::counter!("storage_purged_tombstones_total", "engine" => "embedded").increment(stats.tombstones);
+                metrics::counter!("storage_purged_rows_total", "service" => self.metrics_service, "engine" => "embedded")
+                    .increment(stats.rows);
+                metrics::counter!("storage_purged_tombstones_total", "service" => self.metrics_service, "engine" => "embedded")
+                    .increment(stats.tombstones);
                 if stats.rows > 0 || stats.tombstones > 0 {
                     tracing::info!(
                         rows = stats.rows,
