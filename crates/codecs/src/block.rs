@@ -55,11 +55,17 @@ pub struct BlockSettings {
     pub workers: u32,
     /// The most a reader decodes from one block, against corrupt or hostile input.
     pub max_decoded: usize,
+    /// At levels 16 and up: the largest log2 of zstd's match-finder chain
+    /// table (the hash table gets two less). Level 19 on a block of many
+    /// megabytes takes about 80 MiB of tables; 22 bounds them near 20 MiB,
+    /// 20 near 5 MiB, for a little less compression (the long-distance
+    /// matcher still finds the repeats between revisions).
+    pub table_log_max: Option<u32>,
 }
 
 impl Default for BlockSettings {
     fn default() -> Self {
-        BlockSettings { level: 6, window_log: WINDOW_LOG_MAX, workers: 0, max_decoded: 1 << 30 }
+        BlockSettings { level: 6, window_log: WINDOW_LOG_MAX, workers: 0, max_decoded: 1 << 30, table_log_max: None }
     }
 }
 
@@ -212,6 +218,11 @@ fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &At
     cctx.set_parameter(CParameter::WindowLog(s.window_log)).map_err(fail)?;
     cctx.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(fail)?;
     cctx.set_parameter(CParameter::ContentSizeFlag(true)).map_err(fail)?;
+    // Below level 16 the level's own tables are smaller than any cap.
+    if let Some(cap) = s.table_log_max.filter(|_| s.level >= 16) {
+        cctx.set_parameter(CParameter::ChainLog(cap)).map_err(fail)?;
+        cctx.set_parameter(CParameter::HashLog(cap.saturating_sub(2))).map_err(fail)?;
+    }
     if s.workers > 0 {
         cctx.set_parameter(CParameter::NbWorkers(s.workers)).map_err(fail)?;
     }
@@ -452,6 +463,24 @@ mod tests {
         let raw: usize = revs.iter().map(|r| r.2.len()).sum();
         let block = build(&revs);
         assert!(block.len() * 50 < raw, "block {} bytes for {raw} raw", block.len());
+    }
+
+    #[test]
+    fn a_seal_with_capped_tables_reads_back_and_still_compresses() {
+        let revs = revisions();
+        let raw: usize = revs.iter().map(|r| r.2.len()).sum();
+        for cap in [None, Some(22), Some(20)] {
+            let mut b = BlockBuilder::new(BlockSettings { level: 19, table_log_max: cap, ..BlockSettings::default() });
+            for (rev, tid, content) in &revs {
+                b.push(*rev, *tid, content).unwrap();
+            }
+            let block = b.finish().unwrap();
+            let reader = BlockReader::parse(&block, &BlockSettings::default()).unwrap();
+            for (rev, _, content) in &revs {
+                assert_eq!(&reader.read_rev(*rev, None).unwrap(), content, "{cap:?}");
+            }
+            assert!(block.len() * 50 < raw, "{cap:?}: block {} bytes for {raw} raw", block.len());
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod access;
+pub mod budget;
 pub mod connections;
 pub mod janitor_admin;
 pub mod launch;

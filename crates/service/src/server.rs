@@ -134,7 +134,11 @@ impl Platform {
         let routes = routes
             .layer(axum::middleware::from_fn_with_state(settings.access.clone(), require_read_access))
             .layer(axum::middleware::from_fn(refuse_encoded_bodies));
+        // Bodies are admitted within the memory budget; waiting counts
+        // against the request timeout (the layers below are outer).
+        let gate = crate::budget::Gate { gate: settings.memory.body_gate(), body_limit: settings.body_limit };
         ops.merge(routes)
+            .layer(axum::middleware::from_fn_with_state(gate, crate::budget::admit_body))
             .layer(DefaultBodyLimit::max(settings.body_limit))
             .layer(RequestBodyLimitLayer::new(settings.body_limit))
             .layer(CatchPanicLayer::custom(panic_response))

@@ -164,6 +164,12 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
 
+    /// The memory this service may use, in MB: set the Kubernetes memory
+    /// limit from it. SQLite's page cache, the request bodies in flight and
+    /// old-store's caches are derived from it (see OPERATIONS.md).
+    #[arg(long, env = "REVSTORE_MEMORY_BUDGET_MB", default_value_t = 1024)]
+    pub memory_budget_mb: u64,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "REVSTORE_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub body_limit_bytes: usize,
@@ -220,6 +226,8 @@ pub struct ServiceSettings {
     /// How many connections, and how slow and idle they may be.
     pub connections: ConnectionLimits,
     pub body_limit: usize,
+    /// The memory budget, as divided so far (services take their parts).
+    pub memory: crate::budget::MemoryBudget,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     /// Create the schema at start.
@@ -267,7 +275,15 @@ impl CommonArgs {
     /// Reads the files the settings name and checks what can be checked
     /// without reaching the storage.
     pub fn resolve(&self, default_port: u16) -> Result<ServiceSettings, SettingsError> {
-        let storage = self.storage.resolve()?;
+        let mut storage = self.storage.resolve()?;
+        let sqlite_connections = match &storage {
+            StorageSettings::Embedded { options, .. } => options.readers + 1,
+            StorageSettings::Cassandra(_) => 0,
+        };
+        let memory = crate::budget::MemoryBudget::plan(self.memory_budget_mb, self.body_limit_bytes, sqlite_connections)?;
+        if let StorageSettings::Embedded { options, .. } = &mut storage {
+            options.cache_kib = memory.sqlite_cache_kib;
+        }
         let write = tokens(&self.write_tokens, self.write_tokens_file.as_ref(), "write token")?;
         let read = tokens(&self.read_tokens, self.read_tokens_file.as_ref(), "read token")?;
         let page_token_key = match &self.page_token_key_file {
@@ -291,6 +307,7 @@ impl CommonArgs {
                 idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             },
             body_limit: self.body_limit_bytes,
+            memory,
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),
             migrate_on_start: self.migrate_on_start.unwrap_or(matches!(storage, StorageSettings::Embedded { .. })),

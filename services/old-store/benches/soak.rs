@@ -2,16 +2,21 @@
 //! the block cache plus a fixed overhead, or keep growing?
 //!
 //! ```text
-//! cargo bench -p revstore-old-store --bench soak -- [--minutes 10] [--cache-mb 16] [--clients 4] [--binary PATH]
+//! cargo bench -p revstore-old-store --bench soak -- [--minutes 10] [--budget-mb 1024] [--cache-mb 16] [--clients 4] \
+//!     [--binary PATH] [--service-args "--body-limit-bytes 2097152 …"] [--mix 60,10]
 //! ```
 //! It starts the real `revstore-old-store` binary (or `--binary`, e.g. an older
-//! build, to compare two side by side) with `--block-cache-mb`, loads six
+//! build, to compare two side by side) with `--memory-budget-mb` (and
+//! `--block-cache-mb` when `--cache-mb` is given; else the budget sizes the
+//! cache) and any `--service-args`, loads six
 //! titles with the Anarchism HTML history and two with the wikitext histories
 //! of shared/data, then runs `--clients` clients for `--minutes`: 60% reads of
 //! a random revision of a random title, 10% whole-history NDJSON streams, 30%
 //! appends of a new revision (real HTML, so every block keeps growing and
 //! compacting). Every 15 s it prints the service's RSS (VmRSS from /proc);
-//! at the end it leaves the service idle for 30 s and prints RSS at rest.
+//! at the end it leaves the service idle for 30 s and prints RSS at rest, and
+//! the peak RSS of the whole run (VmHWM: the kernel's high-water mark, not a
+//! sample) against the budget.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,13 +38,14 @@ fn arg(name: &str) -> Option<String> {
 }
 
 fn rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmRSS:")
+}
+
+/// A `/proc/PID/status` figure in MB (`VmRSS:`, `VmHWM:`).
+fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
+    let kb: f64 =
+        status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     kb / 1024.0
 }
 
@@ -58,14 +64,21 @@ impl Drop for Service {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let minutes: f64 = arg("--minutes").map_or(10.0, |m| m.parse().expect("--minutes"));
-    let cache_mb: u64 = arg("--cache-mb").map_or(16, |m| m.parse().expect("--cache-mb"));
+    let cache_mb: Option<u64> = arg("--cache-mb").map(|m| m.parse().expect("--cache-mb"));
+    let budget_mb: u64 = arg("--budget-mb").map_or(1024, |m| m.parse().expect("--budget-mb"));
+    let service_args: Vec<String> = arg("--service-args").map(|a| a.split_whitespace().map(str::to_owned).collect()).unwrap_or_default();
     let clients: usize = arg("--clients").map_or(4, |c| c.parse().expect("--clients"));
+    // Percent of reads and of streams (the rest are writes): `--mix 60,10`.
+    let mix: Vec<u32> = arg("--mix").map_or(vec![60, 10], |m| m.split(',').map(|p| p.parse().expect("--mix")).collect());
+    let (reads, streams) = (mix[0], mix[0] + mix.get(1).copied().unwrap_or(0));
     let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-old-store").to_owned());
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(&binary)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
-        .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--block-cache-mb", &cache_mb.to_string()])
+        .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--memory-budget-mb", &budget_mb.to_string()])
+        .args(cache_mb.map(|mb| vec!["--block-cache-mb".to_owned(), mb.to_string()]).unwrap_or_default())
+        .args(&service_args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -79,7 +92,9 @@ async fn main() {
         assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("binary: {binary}\nblock cache: {cache_mb} MB, clients: {clients}, minutes: {minutes}");
+    println!(
+        "binary: {binary}\nbudget: {budget_mb} MB, block cache: {cache_mb:?} MB, {service_args:?}, clients: {clients}, minutes: {minutes}"
+    );
     println!("RSS at start: {:.1} MB", rss_mb(pid));
 
     // The titles and their histories.
@@ -116,17 +131,17 @@ async fn main() {
             while Instant::now() < deadline {
                 let (which, dice) = {
                     let mut rng = rand::rng();
-                    (rng.random_range(0..titles.len()), rng.random_range(0..100))
+                    (rng.random_range(0..titles.len()), rng.random_range(0..100u32))
                 };
                 let (title, part, history) = &titles[which];
-                if dice < 60 {
+                if dice < reads {
                     // Loaded revisions only: one appended by another client may not be written yet.
                     let rev = rand::rng().random_range(1..=history.len());
                     let r = http.get(format!("{base}/{DOMAIN}/v1/archive/{part}/{title}/{rev}")).send().await.unwrap();
                     assert_eq!(r.status(), 200, "{title} {rev}");
                     r.bytes().await.unwrap();
                     counts[0].fetch_add(1, Ordering::Relaxed);
-                } else if dice < 70 {
+                } else if dice < streams {
                     let r = http.get(format!("{base}/{DOMAIN}/v1/archive/history/{title}")).send().await.unwrap();
                     assert_eq!(r.status(), 200);
                     r.bytes().await.unwrap();
@@ -167,9 +182,15 @@ async fn main() {
     let peak = samples.iter().map(|s| s.1).fold(0.0, f64::max);
     let half = samples.len() / 2;
     let mean = |s: &[(f64, f64)]| s.iter().map(|x| x.1).sum::<f64>() / s.len().max(1) as f64;
+    let high_water = status_mb(pid, "VmHWM:");
     println!(
-        "\nRSS: peak {peak:.1} MB; mean first half {:.1} MB, second half {:.1} MB; at rest after 30 s idle {at_rest:.1} MB (cache {cache_mb} MB)",
+        "\nRSS: sampled peak {peak:.1} MB; mean first half {:.1} MB, second half {:.1} MB; at rest after 30 s idle {at_rest:.1} MB",
         mean(&samples[..half]),
         mean(&samples[half..])
+    );
+    println!(
+        "peak RSS of the run (VmHWM) {high_water:.1} MB against a budget of {budget_mb} MB: {:.2} of it, {}",
+        high_water / budget_mb as f64,
+        if high_water <= budget_mb as f64 { "within" } else { "OVER" }
     );
 }

@@ -242,6 +242,7 @@ struct Inner {
     /// this bounds the working memory beside the cache; on N cores more than
     /// N decodes at once gain no throughput anyway.
     decode_slots: tokio::sync::Semaphore,
+    table_log_max: Option<u32>,
 }
 
 /// How an archive is set up.
@@ -258,6 +259,9 @@ pub struct ArchiveSettings {
     pub settle: Duration,
     /// Block decodes in progress at once (at least 1).
     pub max_concurrent_decodes: usize,
+    /// zstd's table cap in seal-level compactions (see `BlockSettings`),
+    /// from the memory budget.
+    pub table_log_max: Option<u32>,
 }
 
 fn key_values(domain: &Domain, title: &Title) -> [Value; 2] {
@@ -290,6 +294,7 @@ impl Archive {
                 cache,
                 compactor,
                 decode_slots: tokio::sync::Semaphore::new(settings.max_concurrent_decodes.max(1)),
+                table_log_max: settings.table_log_max,
             }),
         }
     }
@@ -587,9 +592,33 @@ impl Archive {
                 by_slot.entry(slot).or_default().push(row);
             }
         }
+        // A writer that lost a slot at a block boundary leaves its row in the
+        // block the winner did not choose: the winner found the block full and
+        // took the slot in the next one, or the other way round. So the first
+        // and last slot of a block's rows are checked against the metadata,
+        // and a row nobody points at there is not this block's: left out (the
+        // compaction then discharges its marker). Inside a block, a slot's
+        // winner is always in it.
+        let (first_slot, last_slot) = (by_slot.keys().next().copied(), by_slot.keys().next_back().copied());
         let mut chain = Vec::with_capacity(by_slot.len());
         for (slot, rows) in by_slot {
-            let row = if rows.len() == 1 { rows[0] } else { self.committed_row(key, slot, &rows).await? };
+            let edge = Some(slot) == first_slot || Some(slot) == last_slot;
+            let row = if edge {
+                let Some(row) = self.committed_row(key, slot, &rows).await? else {
+                    tracing::debug!(
+                        service = crate::SERVICE,
+                        block = key.block,
+                        slot,
+                        "a lost writer's row at the block's edge is left out"
+                    );
+                    continue;
+                };
+                row
+            } else if rows.len() == 1 {
+                rows[0]
+            } else {
+                self.committed_row(key, slot, &rows).await?.ok_or_else(|| integrity(key, format!("no committed render at slot {slot}")))?
+            };
             let (Some(rev), Some(tid), Some(content)) = (row.bigint(col::REV), tid_value(row, col::TID), row.blob(col::CONTENT)) else {
                 return Err(integrity(key, format!("slot {slot} row is incomplete")));
             };
@@ -604,9 +633,9 @@ impl Archive {
         decoded
     }
 
-    /// Of several rows at one slot (writers that lost the slot leave theirs),
-    /// the one the metadata points at.
-    async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<&'a Row, ArchiveError> {
+    /// Of the rows at one slot (writers that lost the slot leave theirs), the
+    /// one the metadata points at, if any.
+    async fn committed_row<'a>(&self, key: &BlockKey, slot: i64, rows: &[&'a Row]) -> Result<Option<&'a Row>, ArchiveError> {
         for row in rows {
             let (Some(rev), Some(tid)) = (row.bigint(col::REV), row.timeuuid(col::TID)) else { continue };
             let meta = self
@@ -619,10 +648,10 @@ impl Archive {
                 )
                 .await?;
             if meta.is_some_and(|m| m.bigint(col::BLOCK) == Some(key.block) && m.bigint(col::SLOT) == Some(slot)) {
-                return Ok(row);
+                return Ok(Some(row));
             }
         }
-        Err(integrity(key, format!("no committed render at slot {slot}")))
+        Ok(None)
     }
 
     /// Every render of the title in revision order, streamed `page` metadata
@@ -744,10 +773,11 @@ impl Archive {
         };
         let decoded = Arc::new(decoded);
         let cancel = Arc::new(AtomicBool::new(false));
+        let table_log_max = self.inner.table_log_max;
         let compression = {
             let (decoded, cancel) = (decoded.clone(), cancel.clone());
             tokio::task::spawn_blocking(move || -> Result<Vec<u8>, CodecError> {
-                let mut builder = BlockBuilder::new(BlockSettings { level, ..BlockSettings::default() });
+                let mut builder = BlockBuilder::new(BlockSettings { level, table_log_max, ..BlockSettings::default() });
                 for e in &decoded.entries {
                     builder.push(e.rev, *e.tid.uuid().as_bytes(), &e.content)?;
                 }

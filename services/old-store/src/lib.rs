@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
+use revstore_service::budget::MemoryBudget;
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Sweep};
+use revstore_service::settings::SettingsError;
 use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
 use utoipa::OpenApi;
 
@@ -73,9 +75,10 @@ pub struct Args {
     #[arg(long, env = "REVSTORE_DEBT_SWEEP_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub debt_sweep_secs: u64,
 
-    /// Megabytes of decoded blocks kept in memory for reads.
-    #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB", default_value_t = 256)]
-    pub block_cache_mb: u64,
+    /// Megabytes of decoded blocks kept in memory for reads (default: what
+    /// the memory budget leaves; a larger one than it leaves is refused).
+    #[arg(long, env = "REVSTORE_BLOCK_CACHE_MB")]
+    pub block_cache_mb: Option<u64>,
 
     /// Blocks decoded at once (each needs about twice its raw size while
     /// decoding); 0: one per CPU.
@@ -89,19 +92,48 @@ impl ServiceArgs for Args {
     }
 }
 
+/// zstd's table caps tried, largest first, with what the tables of a
+/// compaction take under each (see `BlockSettings::table_log_max`).
+const TABLE_CAPS: [(Option<u32>, u64); 3] = [(None, 80 << 20), (Some(22), 20 << 20), (Some(20), 5 << 20)];
+
+/// The least block cache a budget must leave.
+const MIN_CACHE: u64 = 4 << 20;
+
 impl Args {
-    pub fn archive_settings(&self) -> ArchiveSettings {
-        ArchiveSettings {
+    /// The archive's settings, its parts taken from the memory budget: the
+    /// decodes in flight (each about twice the largest block), one compaction
+    /// (about three times it, and zstd's tables, capped as far as needed),
+    /// and the block cache (what is left, or the one set, if it fits).
+    pub fn archive_settings(&self, memory: &mut MemoryBudget, body_limit: usize) -> Result<ArchiveSettings, SettingsError> {
+        // The largest block: a block's limit, or one revision as large as a body.
+        let largest = self.block_max_bytes.max(body_limit as u64);
+        let decodes = match self.max_concurrent_decodes {
+            0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            n => n,
+        };
+        let decoding = 2 * largest * decodes as u64;
+        let cache_wanted = self.block_cache_mb.map_or(MIN_CACHE, |mb| mb << 20);
+        let compaction = |tables: u64| 3 * largest + tables.min(8 * largest);
+        let (table_log_max, tables) = TABLE_CAPS
+            .into_iter()
+            .find(|(_, tables)| decoding + compaction(*tables) + cache_wanted <= memory.left())
+            .unwrap_or(TABLE_CAPS[2]);
+        memory.take("decodes in flight (REVSTORE_MAX_CONCURRENT_DECODES)", decoding)?;
+        memory.take("one compaction (REVSTORE_BLOCK_MAX_BYTES)", compaction(tables))?;
+        let cache_bytes = match self.block_cache_mb {
+            Some(mb) => mb << 20,
+            None => memory.left(),
+        };
+        memory.take("the block cache (REVSTORE_BLOCK_CACHE_MB)", cache_bytes)?;
+        Ok(ArchiveSettings {
             policy: self.archive_policy,
             limits: BlockLimits { max_revisions: self.block_max_revisions, max_bytes: self.block_max_bytes },
             seal_level: self.seal_level,
-            cache_bytes: self.block_cache_mb.saturating_mul(1 << 20),
+            cache_bytes,
             settle: Duration::from_secs(self.settle_secs),
-            max_concurrent_decodes: match self.max_concurrent_decodes {
-                0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
-                n => n,
-            },
-        }
+            max_concurrent_decodes: decodes,
+            table_log_max,
+        })
     }
 }
 
@@ -116,8 +148,16 @@ impl ServiceDefinition for OldStore {
     const SCHEMA: &'static Component = &revstore_schema::version::OLD_STORE;
 
     async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
-        let Context { store, settings } = context;
-        let archive = Archive::new(store.clone(), args.archive_settings());
+        let Context { store, mut settings } = context;
+        let archive_settings = args.archive_settings(&mut settings.memory, settings.body_limit)?;
+        tracing::info!(
+            service = SERVICE,
+            budget_mb = settings.memory.total() >> 20,
+            division = %settings.memory.describe(),
+            zstd_table_log_max = ?archive_settings.table_log_max,
+            "memory budget"
+        );
+        let archive = Archive::new(store.clone(), archive_settings);
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
         platform.spawn_worker(compactor::Compaction::new(archive.clone()));
@@ -128,5 +168,41 @@ impl ServiceDefinition for OldStore {
         let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
         let state = routes::AppState { platform: platform.clone(), archive, titles };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn divided(args: &[&str]) -> Result<(ArchiveSettings, MemoryBudget), String> {
+        let args = Args::try_parse_from(["revstore-old-store"].iter().chain(args)).map_err(|e| e.to_string())?;
+        let mut settings = args.common().resolve(DEFAULT_PORT).map_err(|e| e.to_string())?;
+        let archive = args.archive_settings(&mut settings.memory, settings.body_limit).map_err(|e| e.to_string())?;
+        Ok((archive, settings.memory))
+    }
+
+    #[test]
+    fn the_budget_sizes_the_cache_and_caps_what_does_not_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_str().unwrap();
+        // The defaults: level-19 tables uncapped, hundreds of MB of cache, all of the budget divided.
+        let (archive, memory) = divided(&["--data-dir", data, "--max-concurrent-decodes", "2"]).unwrap();
+        assert_eq!(archive.table_log_max, None);
+        assert!(archive.cache_bytes > 400 << 20, "{}", memory.describe());
+        assert_eq!(memory.left(), 0);
+        // 64 MB: refused with 32 MiB bodies, named; with 2 MiB ones it runs, tables capped.
+        let refused = divided(&["--data-dir", data, "--memory-budget-mb", "64"]).unwrap_err();
+        assert!(refused.contains("REVSTORE_MEMORY_BUDGET_MB") && refused.contains("request bodies"), "{refused}");
+        let small = ["--data-dir", data, "--memory-budget-mb", "64", "--max-concurrent-decodes", "2"];
+        let (archive, memory) =
+            divided(&[&small[..], &["--body-limit-bytes", "2097152", "--block-max-bytes", "2097152"]].concat()).unwrap();
+        assert_eq!(archive.table_log_max, Some(20), "{}", memory.describe());
+        assert!(archive.cache_bytes >= MIN_CACHE, "{}", memory.describe());
+        // A cache set larger than the budget leaves is refused, naming it.
+        let too_big = divided(&["--data-dir", data, "--block-cache-mb", "2000"]).unwrap_err();
+        assert!(too_big.contains("REVSTORE_BLOCK_CACHE_MB"), "{too_big}");
     }
 }

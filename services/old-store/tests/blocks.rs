@@ -26,6 +26,7 @@ fn settings(max_revisions: u64, max_bytes: u64) -> ArchiveSettings {
         cache_bytes: 64 << 20,
         settle: Duration::from_secs(3600),
         max_concurrent_decodes: 2,
+        table_log_max: None,
     }
 }
 
@@ -234,6 +235,47 @@ async fn a_leftover_row_neither_shows_nor_stalls_compaction(engine: Engine) {
     assert_reads_back(&store, settings(1000, 1 << 30), "Leftover", &written).await;
 }
 
+/// The soak's writers: a writer that lost a slot at a block boundary (it saw
+/// the block with room, the winner found it full and took the slot in the
+/// next block) leaves its row in the block the winner left. Two such rows
+/// made the block's seal fail for good ("no committed render at slot 4"),
+/// retried and logged forever; one alone was sealed into the block as a
+/// render nobody reads. Both are left out now.
+async fn a_lost_writer_at_a_block_boundary_neither_stalls_nor_joins_the_seal(engine: Engine) {
+    let (store, _guard) = store_on(engine).await;
+    let html = revstore_testdata::anarchism_html();
+    for losers in [1usize, 2] {
+        let archive = Archive::new(store.clone(), settings(4, 1 << 30));
+        let (d, t) = page(&format!("Boundary_{losers}"));
+        let mut written = Vec::new();
+        let mut archive_rev = async |i: usize| {
+            let tid = Tid::now();
+            let outcome = archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid, html_entry(&html[i])).await;
+            assert_eq!(outcome.expect("archive"), ArchiveOutcome::Stored);
+            written.push((1 + i as u64, tid, html[i].clone()));
+        };
+        for i in 0..4 {
+            archive_rev(i).await;
+        }
+        // Block 0 is full (four revisions): the losers took slot 4 in it.
+        let block = |block| BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block };
+        for n in 0..losers {
+            let link = revstore_codecs::encode_chained(None, &html_entry(&html[10 + n]), 3).expect("encode");
+            let row =
+                Upsert::new(&ARCHIVE_BLOCKS, block(0).partition_values().into_iter().chain([Value::from(4i64), Value::from(Tid::now())]))
+                    .set("rev", 50 + n as i64)
+                    .set("content", link);
+            store.write(row).await.expect("a loser's row");
+        }
+        // The winner: slot 4, in block 1.
+        archive_rev(4).await;
+        let stop = CancellationToken::new();
+        assert_compacted(archive.compact(&block(0), 19, &stop).await.expect("the seal of block 0"), 4);
+        assert_compacted(archive.compact(&block(1), 19, &stop).await.expect("the seal of block 1"), 1);
+        assert_reads_back(&store, settings(4, 1 << 30), &format!("Boundary_{losers}"), &written).await;
+    }
+}
+
 /// The debt markers of a title: (block, slot) of each render still owed a seal-level compaction.
 async fn debt_of(store: &Store, d: &Domain, t: &revstore_keys::Title) -> Vec<(i64, i64)> {
     let shard = Value::from(debt_shard(d.as_str(), t.as_str()));
@@ -317,6 +359,7 @@ async fn blocks_of_a_large_page_are_compressed_against_an_anchor(engine: Engine)
 }
 
 revstore_test_service::on_both_engines!(
+    a_lost_writer_at_a_block_boundary_neither_stalls_nor_joins_the_seal,
     a_leftover_row_neither_shows_nor_stalls_compaction,
     a_history_reads_back_through_every_stage_of_its_blocks,
     replicas_racing_for_one_title_lose_nothing_and_store_nothing_twice,
