@@ -195,7 +195,7 @@ pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) 
     if let revstore_storage::StorageSettings::Embedded { options, .. } = &mut storage {
         options.metrics_service = schema.name;
     }
-    let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?;
+    let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?.for_service(schema.name);
     if settings.migrate_on_start {
         // Every service keeps the janitor's lease and checkpoints for its own tables.
         let outcomes = store.migrate(&[schema, &revstore_schema::version::JANITOR]).await.map_err(|e| format!("schema migration: {e}"))?;
@@ -290,7 +290,7 @@ where
     Fut: Future<Output = Result<JobOutcome, BoxError>>,
 {
     let opened = async {
-        let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?;
+        let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?.for_service(name);
         for schema in schemas {
             store.check_schema(schema).await.map_err(|e| match e {
                 StoreError::SchemaMismatch(msg) => format!("storage schema: {msg}"),

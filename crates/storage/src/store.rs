@@ -161,11 +161,11 @@ impl Store {
         }
     }
 
-    /// The store as `service` uses it: its metrics carry `service="…"`, and
-    /// it keeps its own storage-full state.
+    /// The store as `service` uses it: its metrics carry `service="…"`.
+    /// (Clones made before keep the label they had: label a store when it is
+    /// opened.)
     pub fn for_service(mut self, service: &'static str) -> Self {
         self.user = service;
-        self.full = Arc::default();
         self
     }
 
