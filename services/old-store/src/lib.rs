@@ -107,10 +107,8 @@ impl Args {
     pub fn archive_settings(&self, memory: &mut MemoryBudget, body_limit: usize) -> Result<ArchiveSettings, SettingsError> {
         // The largest block: a block's limit, or one revision as large as a body.
         let largest = self.block_max_bytes.max(body_limit as u64);
-        let decodes = match self.max_concurrent_decodes {
-            0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
-            n => n,
-        };
+        let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let decodes = self.concurrent_decodes(cpus, largest, memory.left());
         let decoding = 2 * largest * decodes as u64;
         let cache_wanted = self.block_cache_mb.map_or(MIN_CACHE, |mb| mb << 20);
         let compaction = |tables: u64| 3 * largest + tables.min(8 * largest);
@@ -134,6 +132,19 @@ impl Args {
             max_concurrent_decodes: decodes,
             table_log_max,
         })
+    }
+
+    /// Blocks decoded at once: the one set, or one per CPU, as many as a
+    /// quarter of the budget left holds (at least one) — a machine of many
+    /// cores must not push the default settings past the default budget.
+    fn concurrent_decodes(&self, cpus: usize, largest_block: u64, left: u64) -> usize {
+        match self.max_concurrent_decodes {
+            0 => {
+                let fit = (left / 4 / (2 * largest_block).max(1)) as usize;
+                cpus.min(fit).max(1)
+            }
+            n => n,
+        }
     }
 }
 
@@ -201,6 +212,14 @@ mod tests {
             divided(&[&small[..], &["--body-limit-bytes", "2097152", "--block-max-bytes", "2097152"]].concat()).unwrap();
         assert_eq!(archive.table_log_max, Some(20), "{}", memory.describe());
         assert!(archive.cache_bytes >= MIN_CACHE, "{}", memory.describe());
+        // One per CPU by default, as many as fit: 64 cores still start at the default budget.
+        let args = Args::try_parse_from(["revstore-old-store", "--data-dir", data]).unwrap();
+        let (largest, left) = (32 << 20, 800 << 20);
+        assert_eq!(args.concurrent_decodes(2, largest, left), 2);
+        assert_eq!(args.concurrent_decodes(64, largest, left), 3);
+        assert_eq!(args.concurrent_decodes(64, largest, 10 << 20), 1);
+        let set = Args::try_parse_from(["revstore-old-store", "--data-dir", data, "--max-concurrent-decodes", "8"]).unwrap();
+        assert_eq!(set.concurrent_decodes(64, largest, left), 8);
         // A cache set larger than the budget leaves is refused, naming it.
         let too_big = divided(&["--data-dir", data, "--block-cache-mb", "2000"]).unwrap_err();
         assert!(too_big.contains("REVSTORE_BLOCK_CACHE_MB"), "{too_big}");
