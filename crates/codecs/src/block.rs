@@ -41,6 +41,9 @@ pub const BLOCK_VERSION: u8 = 3;
 const BLOCK_VERSION_WITHOUT_BASE: u8 = 2;
 /// The most bytes one index entry takes packed: two 10-byte varints, tid, CRC.
 const MAX_ENTRY_LEN: usize = 10 + 16 + 10 + 4;
+/// From this level up, zstd's own tables (for inputs over 256 KiB) have at
+/// least 2^20 entries, the smallest cap: below it a cap would only enlarge them.
+pub const CAPPED_FROM_LEVEL: i32 = 9;
 /// The largest window a decoder accepts: 128 MiB, enough for the largest wiki pages.
 pub const WINDOW_LOG_MAX: u32 = 27;
 
@@ -55,11 +58,12 @@ pub struct BlockSettings {
     pub workers: u32,
     /// The most a reader decodes from one block, against corrupt or hostile input.
     pub max_decoded: usize,
-    /// At levels 16 and up: the largest log2 of zstd's match-finder chain
-    /// table (the hash table gets two less). Level 19 on a block of many
-    /// megabytes takes about 80 MiB of tables; 22 bounds them near 20 MiB,
-    /// 20 near 5 MiB, for a little less compression (the long-distance
-    /// matcher still finds the repeats between revisions).
+    /// At levels 9 and up (`CAPPED_FROM_LEVEL`): the largest log2 of zstd's
+    /// match-finder chain table (the hash table gets two less). Level 19 on a
+    /// block of many megabytes takes about 80 MiB of tables, level 12 about
+    /// 24 MiB on one of 2 MiB; 22 bounds them near 20 MiB, 20 near 5 MiB, for
+    /// a little less compression (the long-distance matcher still finds the
+    /// repeats between revisions).
     pub table_log_max: Option<u32>,
 }
 
@@ -107,6 +111,13 @@ pub struct BlockBuilder {
 impl BlockBuilder {
     pub fn new(settings: BlockSettings) -> Self {
         BlockBuilder { settings, entries: Vec::new(), contents: Vec::new() }
+    }
+
+    /// A builder for `revisions` revisions of `bytes` raw bytes in all, its
+    /// buffers allocated once at their size (a compaction's memory is part
+    /// of a budget; growing by doubling would take up to twice the bytes).
+    pub fn with_capacity(settings: BlockSettings, revisions: usize, bytes: usize) -> Self {
+        BlockBuilder { settings, entries: Vec::with_capacity(revisions), contents: Vec::with_capacity(bytes) }
     }
 
     /// Appends a revision. Contents over 4 GiB do not fit an entry.
@@ -206,11 +217,9 @@ fn take_varint(input: &mut &[u8]) -> Result<u64, CodecError> {
     Err(CodecError::Corrupt { what: "block index", reason: "varint longer than 10 bytes".into() })
 }
 
-/// Compresses `contents` into `out` as one frame, streaming it a chunk at a
-/// time so that `cancel` is noticed. The pledged size puts the content size in
-/// the frame header, which readers check against the index.
-fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &AtomicBool, out: &mut Vec<u8>) -> Result<(), CodecError> {
-    use zstd::zstd_safe::{CCtx, CParameter, InBuffer, OutBuffer, ResetDirective, get_error_name};
+/// A compression context set up for one block of `len` bytes.
+fn block_compressor(s: &BlockSettings, len: usize) -> Result<zstd::zstd_safe::CCtx<'static>, CodecError> {
+    use zstd::zstd_safe::{CCtx, CParameter, ResetDirective, get_error_name};
     let fail = |e: usize| CodecError::Corrupt { what: "block compression", reason: get_error_name(e).to_owned() };
     let mut cctx = CCtx::try_create().ok_or(CodecError::Corrupt { what: "block compression", reason: "cannot allocate".into() })?;
     cctx.reset(ResetDirective::SessionAndParameters).map_err(fail)?;
@@ -218,15 +227,24 @@ fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &At
     cctx.set_parameter(CParameter::WindowLog(s.window_log)).map_err(fail)?;
     cctx.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(fail)?;
     cctx.set_parameter(CParameter::ContentSizeFlag(true)).map_err(fail)?;
-    // Below level 16 the level's own tables are smaller than any cap.
-    if let Some(cap) = s.table_log_max.filter(|_| s.level >= 16) {
+    if let Some(cap) = s.table_log_max.filter(|_| s.level >= CAPPED_FROM_LEVEL) {
         cctx.set_parameter(CParameter::ChainLog(cap)).map_err(fail)?;
         cctx.set_parameter(CParameter::HashLog(cap.saturating_sub(2))).map_err(fail)?;
     }
     if s.workers > 0 {
         cctx.set_parameter(CParameter::NbWorkers(s.workers)).map_err(fail)?;
     }
-    cctx.set_pledged_src_size(Some(contents.len() as u64)).map_err(fail)?;
+    cctx.set_pledged_src_size(Some(len as u64)).map_err(fail)?;
+    Ok(cctx)
+}
+
+/// Compresses `contents` into `out` as one frame, streaming it a chunk at a
+/// time so that `cancel` is noticed. The pledged size puts the content size in
+/// the frame header, which readers check against the index.
+fn compress(contents: &[u8], base: Option<&[u8]>, s: &BlockSettings, cancel: &AtomicBool, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    use zstd::zstd_safe::{CCtx, InBuffer, OutBuffer, get_error_name};
+    let fail = |e: usize| CodecError::Corrupt { what: "block compression", reason: get_error_name(e).to_owned() };
+    let mut cctx = block_compressor(s, contents.len())?;
     if let Some(base) = base {
         cctx.ref_prefix(base).map_err(fail)?;
     }
@@ -481,6 +499,29 @@ mod tests {
             }
             assert!(block.len() * 50 < raw, "{cap:?}: block {} bytes for {raw} raw", block.len());
         }
+    }
+
+    #[test]
+    fn a_cap_bounds_the_compression_context_at_every_capped_level() {
+        use zstd::zstd_safe::{InBuffer, OutBuffer, zstd_sys::ZSTD_EndDirective};
+        // 2 MiB of text-like bytes; the context is sized at its first input.
+        let contents: Vec<u8> = (0..2u32 << 20).map(|i| b'a' + (i.wrapping_mul(2_654_435_761) >> 29) as u8).collect();
+        let context_bytes = |level: i32, cap: Option<u32>| {
+            let mut cctx =
+                block_compressor(&BlockSettings { level, table_log_max: cap, ..BlockSettings::default() }, contents.len()).unwrap();
+            let mut buffer = vec![0u8; 1 << 20];
+            let (mut input, mut output) = (InBuffer::around(&contents[..1 << 16]), OutBuffer::around(&mut buffer[..]));
+            cctx.compress_stream2(&mut output, &mut input, ZSTD_EndDirective::ZSTD_e_continue).unwrap();
+            cctx.sizeof()
+        };
+        // Capped at 20: the tables near 5 MiB, the window's buffers besides, at the growth level and the seal level.
+        for level in [12, 19] {
+            let (capped, uncapped) = (context_bytes(level, Some(20)), context_bytes(level, None));
+            assert!(capped < 12 << 20, "level {level}: {capped} bytes with the cap");
+            assert!(uncapped > 2 * capped, "level {level}: {uncapped} bytes without it, {capped} with");
+        }
+        // Below the capped levels a cap changes nothing (it would only enlarge the tables).
+        assert_eq!(context_bytes(3, Some(20)), context_bytes(3, None));
     }
 
     #[test]

@@ -208,16 +208,47 @@ pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) 
 }
 
 /// The `main` of a service binary: parses the command line (exit 64 when it
-/// is wrong), starts telemetry (70), binds the listener (69), builds the
-/// service and serves it until SIGTERM or Ctrl-C, and exits 0, or 1 when the
-/// service failed.
-pub async fn service_main<D: ServiceDefinition>() -> ExitCode {
+/// is wrong), starts the runtime, with as many blocking threads as the
+/// memory budget allows, and telemetry (70), binds the listener (69), builds
+/// the service and serves it until SIGTERM or Ctrl-C, and exits 0, or 1 when
+/// the service failed.
+pub fn service_main<D: ServiceDefinition>() -> ExitCode {
+    let tuning = revstore_allocator::tune();
     let binary = format!("revstore-{}", D::NAME);
     let args: D::Args = parse_args_or_exit();
     let settings = match args.common().resolve(D::DEFAULT_PORT) {
         Ok(s) => s,
         Err(e) => exit_on_settings_error(&binary, e),
     };
+    let runtime = match service_runtime(settings.memory.blocking_threads) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{binary}: cannot start the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(serve_main::<D>(&binary, args, settings, tuning))
+}
+
+/// The runtime of a service process. Its blocking threads (SQLite reads,
+/// block decodes and compaction) are bounded: each thread keeps an allocator
+/// heap of its own, and tokio's default of 512 let a loaded old-store hold
+/// about a third more memory (BENCHMARKS.md, "The memory budget"). An idle
+/// one exits after 2 s, giving its heap back.
+pub fn service_runtime(blocking_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(blocking_threads.max(1))
+        .thread_keep_alive(std::time::Duration::from_secs(2))
+        .build()
+}
+
+async fn serve_main<D: ServiceDefinition>(
+    binary: &str,
+    args: D::Args,
+    settings: ServiceSettings,
+    tuning: revstore_allocator::Tuning,
+) -> ExitCode {
     let telemetry = match revstore_telemetry::init(D::NAME) {
         Ok(guard) => guard,
         Err(e) => {
@@ -225,6 +256,13 @@ pub async fn service_main<D: ServiceDefinition>() -> ExitCode {
             return ExitCode::from(70);
         }
     };
+    tracing::info!(
+        service = D::NAME,
+        purge_delay_ms = tuning.purge_delay_ms,
+        huge_pages_disabled = tuning.huge_pages_disabled,
+        blocking_threads = settings.memory.blocking_threads,
+        "allocator and runtime"
+    );
     let listener = match TcpListener::bind(settings.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -318,6 +356,7 @@ where
     F: FnOnce(CancellationToken) -> Fut,
     Fut: Future<Output = Result<JobOutcome, BoxError>>,
 {
+    revstore_allocator::tune();
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     let signal = tokio::spawn(async move {

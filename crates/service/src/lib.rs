@@ -24,15 +24,10 @@
 //! - [`janitor_admin`]: what every service answers the janitor: the run
 //!   lease, resumable sweep steps over its tables, the storage purge.
 
-/// The memory allocator of every service process (and of anything else that
-/// links this crate). Services allocate many short-lived buffers of
-/// megabytes on many threads (zstd windows and contexts, decoded blocks,
-/// render bodies); glibc's malloc keeps such memory in per-thread arenas and
-/// old-store's resident memory grew far past its block cache under load (see
-/// BENCHMARKS.md, old-store soak). mimalloc gives freed memory back to the
-/// system.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The memory allocator of every process that links this crate, and its
+/// tuning ([`allocator::tune`], called by the entry points in [`launch`] and
+/// by any other `main`).
+pub use revstore_allocator as allocator;
 
 pub mod access;
 pub mod budget;

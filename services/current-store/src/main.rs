@@ -1,6 +1,5 @@
 //! `revstore-current-store`: see the crate documentation and `--help`.
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    revstore_service::service_main::<revstore_current_store::CurrentStore>().await
+fn main() -> std::process::ExitCode {
+    revstore_service::service_main::<revstore_current_store::CurrentStore>()
 }

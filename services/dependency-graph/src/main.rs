@@ -1,6 +1,5 @@
 //! `revstore-dependency-graph`: see the crate documentation and `--help`.
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    revstore_service::service_main::<revstore_dependency_graph::DependencyGraph>().await
+fn main() -> std::process::ExitCode {
+    revstore_service::service_main::<revstore_dependency_graph::DependencyGraph>()
 }

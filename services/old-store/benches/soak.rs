@@ -41,6 +41,27 @@ fn rss_mb(pid: u32) -> f64 {
     status_mb(pid, "VmRSS:")
 }
 
+/// RSS split: anonymous (heaps, stacks) and file-backed (the binary's pages), and threads.
+fn rss_parts(pid: u32) -> String {
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:").map(|v| v.trim().to_owned()))
+        .unwrap_or_default();
+    // Transparent huge pages among the anonymous ones: 2 MiB faulted in at a time.
+    let huge_kb: f64 = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+        .unwrap_or(0.0);
+    format!(
+        "anon {:.1} MB ({:.1} MB in huge pages), file {:.1} MB, {threads} threads",
+        status_mb(pid, "RssAnon:"),
+        huge_kb / 1024.0,
+        status_mb(pid, "RssFile:")
+    )
+}
+
 /// A `/proc/PID/status` figure in MB (`VmRSS:`, `VmHWM:`).
 fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -55,7 +76,18 @@ struct Service {
 }
 
 impl Drop for Service {
+    /// SIGTERM, so the service drains and exits as in production (and an
+    /// allocator asked for statistics, `MIMALLOC_SHOW_STATS=1`, prints them);
+    /// SIGKILL if it has not exited in 30 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -95,7 +127,7 @@ async fn main() {
     println!(
         "binary: {binary}\nbudget: {budget_mb} MB, block cache: {cache_mb:?} MB, {service_args:?}, clients: {clients}, minutes: {minutes}"
     );
-    println!("RSS at start: {:.1} MB", rss_mb(pid));
+    println!("RSS at start: {:.1} MB ({})", rss_mb(pid), rss_parts(pid));
 
     // The titles and their histories.
     let html = revstore_testdata::anarchism_html();
@@ -118,7 +150,7 @@ async fn main() {
             raw += text.len();
         }
     }
-    println!("loaded {} titles, {:.1} MB raw; RSS {:.1} MB", titles.len(), raw as f64 / 1e6, rss_mb(pid));
+    println!("loaded {} titles, {:.1} MB raw; RSS {:.1} MB ({})", titles.len(), raw as f64 / 1e6, rss_mb(pid), rss_parts(pid));
 
     let titles = Arc::new(titles);
     let next_rev: Arc<Vec<AtomicU64>> = Arc::new(titles.iter().map(|(_, _, h)| AtomicU64::new(h.len() as u64 + 1)).collect());
@@ -158,7 +190,7 @@ async fn main() {
             }
         }));
     }
-    println!("\n| minute | RSS MB | reads | streams | writes |\n|---|---|---|---|---|");
+    println!("\n| minute | RSS MB | reads | streams | writes | parts |\n|---|---|---|---|---|---|");
     let load_started = Instant::now();
     let mut samples = Vec::new();
     while Instant::now() < deadline {
@@ -167,11 +199,12 @@ async fn main() {
         let rss = rss_mb(pid);
         samples.push((load_started.elapsed().as_secs_f64() / 60.0, rss));
         println!(
-            "| {:.2} | {rss:.1} | {} | {} | {} |",
+            "| {:.2} | {rss:.1} | {} | {} | {} | {} |",
             load_started.elapsed().as_secs_f64() / 60.0,
             counts[0].load(Ordering::Relaxed),
             counts[1].load(Ordering::Relaxed),
-            counts[2].load(Ordering::Relaxed)
+            counts[2].load(Ordering::Relaxed),
+            rss_parts(pid)
         );
     }
     for t in tasks {
@@ -179,6 +212,7 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
     let at_rest = rss_mb(pid);
+    println!("at rest: {}", rss_parts(pid));
     let peak = samples.iter().map(|s| s.1).fold(0.0, f64::max);
     let half = samples.len() / 2;
     let mean = |s: &[(f64, f64)]| s.iter().map(|x| x.1).sum::<f64>() / s.len().max(1) as f64;

@@ -777,7 +777,8 @@ impl Archive {
         let compression = {
             let (decoded, cancel) = (decoded.clone(), cancel.clone());
             tokio::task::spawn_blocking(move || -> Result<Vec<u8>, CodecError> {
-                let mut builder = BlockBuilder::new(BlockSettings { level, table_log_max, ..BlockSettings::default() });
+                let settings = BlockSettings { level, table_log_max, ..BlockSettings::default() };
+                let mut builder = BlockBuilder::with_capacity(settings, decoded.entries.len(), raw as usize);
                 for e in &decoded.entries {
                     builder.push(e.rev, *e.tid.uuid().as_bytes(), &e.content)?;
                 }

@@ -94,7 +94,7 @@ impl ServiceArgs for Args {
 
 /// zstd's table caps tried, largest first, with what the tables of a
 /// compaction take under each (see `BlockSettings::table_log_max`).
-const TABLE_CAPS: [(Option<u32>, u64); 3] = [(None, 80 << 20), (Some(22), 20 << 20), (Some(20), 5 << 20)];
+const TABLE_CAPS: [(Option<u32>, u64); 4] = [(None, 80 << 20), (Some(22), 20 << 20), (Some(20), 5 << 20), (Some(18), 5 << 18)];
 
 /// The least block cache a budget must leave.
 const MIN_CACHE: u64 = 4 << 20;
@@ -102,7 +102,7 @@ const MIN_CACHE: u64 = 4 << 20;
 impl Args {
     /// The archive's settings, its parts taken from the memory budget: the
     /// decodes in flight (each about twice the largest block), one compaction
-    /// (about three times it, and zstd's tables, capped as far as needed),
+    /// (about five times it, and zstd's tables, capped as far as needed),
     /// and the block cache (what is left, or the one set, if it fits).
     pub fn archive_settings(&self, memory: &mut MemoryBudget, body_limit: usize) -> Result<ArchiveSettings, SettingsError> {
         // The largest block: a block's limit, or one revision as large as a body.
@@ -111,16 +111,20 @@ impl Args {
         let decodes = self.concurrent_decodes(cpus, largest, memory.left());
         let decoding = 2 * largest * decodes as u64;
         let cache_wanted = self.block_cache_mb.map_or(MIN_CACHE, |mb| mb << 20);
-        let compaction = |tables: u64| 3 * largest + tables.min(8 * largest);
+        // A compaction holds the decoded block, the builder's copy of it,
+        // zstd's window buffers (about twice the block, measured), the frame,
+        // and the match tables (at most 16 times the block: the window bounds them).
+        let compaction = |tables: u64| 5 * largest + tables.min(16 * largest);
         let (table_log_max, tables) = TABLE_CAPS
             .into_iter()
             .find(|(_, tables)| decoding + compaction(*tables) + cache_wanted <= memory.left())
-            .unwrap_or(TABLE_CAPS[2]);
+            .unwrap_or(TABLE_CAPS[TABLE_CAPS.len() - 1]);
         memory.take("decodes in flight (REVSTORE_MAX_CONCURRENT_DECODES)", decoding)?;
         memory.take("one compaction (REVSTORE_BLOCK_MAX_BYTES)", compaction(tables))?;
         let cache_bytes = match self.block_cache_mb {
             Some(mb) => mb << 20,
-            None => memory.left(),
+            // What is left, and no less than the least cache worth having.
+            None => memory.left().max(MIN_CACHE),
         };
         memory.take("the block cache (REVSTORE_BLOCK_CACHE_MB)", cache_bytes)?;
         Ok(ArchiveSettings {
@@ -202,15 +206,18 @@ mod tests {
         // The defaults: level-19 tables uncapped, hundreds of MB of cache, all of the budget divided.
         let (archive, memory) = divided(&["--data-dir", data, "--max-concurrent-decodes", "2"]).unwrap();
         assert_eq!(archive.table_log_max, None);
-        assert!(archive.cache_bytes > 400 << 20, "{}", memory.describe());
+        assert!(archive.cache_bytes > 200 << 20, "{}", memory.describe());
         assert_eq!(memory.left(), 0);
-        // 64 MB: refused with 32 MiB bodies, named; with 2 MiB ones it runs, tables capped.
+        // 64 MB: refused with 32 MiB bodies, named; with 2 MiB ones a cache does not fit beside one decode
+        // and a compaction; with 1 MiB ones it runs, two decodes, the tables capped the most.
         let refused = divided(&["--data-dir", data, "--memory-budget-mb", "64"]).unwrap_err();
         assert!(refused.contains("REVSTORE_MEMORY_BUDGET_MB") && refused.contains("request bodies"), "{refused}");
-        let small = ["--data-dir", data, "--memory-budget-mb", "64", "--max-concurrent-decodes", "2"];
-        let (archive, memory) =
-            divided(&[&small[..], &["--body-limit-bytes", "2097152", "--block-max-bytes", "2097152"]].concat()).unwrap();
-        assert_eq!(archive.table_log_max, Some(20), "{}", memory.describe());
+        let sized =
+            |bytes: &'static str| ["--data-dir", data, "--memory-budget-mb", "64", "--body-limit-bytes", bytes, "--block-max-bytes", bytes];
+        let refused = divided(&sized("2097152")).unwrap_err();
+        assert!(refused.contains("REVSTORE_BLOCK_CACHE_MB") && refused.contains("(REVSTORE_MAX_CONCURRENT_DECODES) 4.0 MB"), "{refused}");
+        let (archive, memory) = divided(&sized("1048576")).unwrap();
+        assert_eq!((archive.max_concurrent_decodes, archive.table_log_max), (2, Some(18)), "{}", memory.describe());
         assert!(archive.cache_bytes >= MIN_CACHE, "{}", memory.describe());
         // One per CPU by default, as many as fit: 64 cores still start at the default budget.
         let args = Args::try_parse_from(["revstore-old-store", "--data-dir", data]).unwrap();

@@ -1,6 +1,5 @@
 //! `revstore-old-store`: see the crate documentation and `--help`.
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    revstore_service::service_main::<revstore_old_store::OldStore>().await
+fn main() -> std::process::ExitCode {
+    revstore_service::service_main::<revstore_old_store::OldStore>()
 }

@@ -85,6 +85,7 @@ struct UpArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    revstore_service::allocator::tune();
     let args = match revstore_service::parse_args_or_exit::<Cli>().command {
         Command::Up(args) => args,
         Command::Import(args) => return revstore_dump_import::cli::run(args).await,
