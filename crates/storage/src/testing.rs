@@ -2,7 +2,10 @@
 
 use crate::cassandra::{CassandraEngine, CassandraOptions};
 
-/// A uniquely named keyspace on the node `REVSTORE_TEST_CASSANDRA` names,
+/// A uniquely named keyspace on the node `REVSTORE_TEST_CASSANDRA` names
+/// (`host:port`, or several, comma-separated, for a cluster), created with
+/// the replication `REVSTORE_CASSANDRA_REPLICATION` gives (as the services
+/// read it; default 1, and `datacenter1:3` on the local three-node cluster),
 /// dropped when the guard is — when the test ends, and when it fails too
 /// (drop runs while a panic unwinds).
 #[derive(Debug)]
@@ -21,7 +24,8 @@ impl TestKeyspace {
         TestKeyspace { node, name: format!("{}_{}", prefix.replace('-', "_"), &suffix[..12]) }
     }
 
-    /// `host:port` of the node.
+    /// `host:port` of the node (or the nodes, comma-separated, as a
+    /// service's `--cassandra` takes them).
     pub fn node(&self) -> &str {
         &self.node
     }
@@ -31,7 +35,11 @@ impl TestKeyspace {
     }
 
     pub fn options(&self) -> CassandraOptions {
-        CassandraOptions::new([self.node.clone()], self.name.clone())
+        let mut options = CassandraOptions::new(self.node.split(',').map(str::trim), self.name.clone());
+        if let Ok(replication) = std::env::var("REVSTORE_CASSANDRA_REPLICATION") {
+            options.replication = replication.parse().unwrap_or_else(|e| panic!("REVSTORE_CASSANDRA_REPLICATION: {e}"));
+        }
+        options
     }
 
     /// An engine on this keyspace (created on first use of the schema).
