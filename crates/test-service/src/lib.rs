@@ -187,6 +187,57 @@ pub async fn undocumented_answers(service: &Service, token: &str, body_limit: us
     missing
 }
 
+/// A token of the accepted shape that no service is given.
+const WRONG_TOKEN: &str = "wrong-token-0123456789abcdef";
+
+/// The documented operations that must be guarded — every write (PUT, POST,
+/// DELETE, PATCH), everything under `/admin`, and any read the document says
+/// needs a token — each tried without a token (it must answer 401) and with a
+/// wrong one (403), and checked to say so in the document (`security`).
+/// Returns how many were checked and each failure, as `"METHOD /path: …"`.
+/// With [`assert_router_matches_openapi`] (the document lists every route),
+/// this covers every route of the router.
+pub async fn unguarded_operations(service: &Service) -> (usize, Vec<String>) {
+    let http = reqwest::Client::new();
+    let doc: serde_json::Value = http.get(service.url("/openapi.json")).send().await.expect("openapi").json().await.expect("openapi json");
+    let tid = revstore_keys::Tid::now().to_string();
+    let (mut checked, mut failures) = (0, Vec::new());
+    for (template, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("path item") {
+            let Ok(method) = reqwest::Method::from_bytes(method.to_ascii_uppercase().as_bytes()) else { continue };
+            let documented_guard = operation["security"].as_array().is_some_and(|s| !s.is_empty());
+            if method == reqwest::Method::GET && !template.starts_with("/admin") && !documented_guard {
+                continue;
+            }
+            checked += 1;
+            if !documented_guard {
+                failures.push(format!("{method} {template}: the document does not say it needs a token"));
+            }
+            let url = service.url(&fill_path(template, &[], &tid));
+            for (what, token, expected) in [("no token", None, 401), ("a wrong token", Some(WRONG_TOKEN), 403)] {
+                let mut request = http.request(method.clone(), &url);
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                match request.send().await {
+                    Ok(answer) if answer.status().as_u16() == expected => {}
+                    Ok(answer) => failures.push(format!("{method} {template}: {} with {what}, not {expected}", answer.status().as_u16())),
+                    Err(e) => failures.push(format!("{method} {template}: no answer with {what}: {e}")),
+                }
+            }
+        }
+    }
+    (checked, failures)
+}
+
+/// Fails the test unless every operation that must be guarded is (see
+/// [`unguarded_operations`]), and at least `at_least` were checked.
+pub async fn assert_every_write_and_admin_route_is_guarded(service: &Service, at_least: usize) {
+    let (checked, failures) = unguarded_operations(service).await;
+    assert!(failures.is_empty(), "unguarded operations:\n{}", failures.join("\n"));
+    assert!(checked >= at_least, "only {checked} guarded operations found, expected at least {at_least}");
+}
+
 /// The methods the contract check tries on every route.
 const METHODS: [&str; 5] = ["GET", "PUT", "POST", "DELETE", "PATCH"];
 

@@ -271,6 +271,9 @@ async fn the_openapi_document_matches_the_service() {
     let missing = revstore_test_service::undocumented_answers(&s, TOKEN, 2000).await;
     assert!(missing.is_empty(), "answers the OpenAPI document does not list:\n{}", missing.join("\n"));
     revstore_test_service::assert_router_matches_openapi(&s, TOKEN).await;
+    // So every route is in the document: each write and admin route answers
+    // 401 without a token and 403 with a wrong one.
+    revstore_test_service::assert_every_write_and_admin_route_is_guarded(&s, 9).await;
     let doc: Value = client().get(s.url("/openapi.json")).send().await.expect("send").json().await.expect("json");
     assert_eq!(revstore_client::undocumented_routes(&doc, &revstore_client::GraphClient::ROUTES), Vec::<String>::new());
 }
