@@ -4,7 +4,8 @@
 //! request can be followed across services, and has a timeout. Idempotent calls
 //! (GET, HEAD, PUT, DELETE, OPTIONS) are retried with exponential backoff and
 //! jitter when the connection fails, times out, or the server answers 502, 503
-//! or 504; a POST is never retried. Error answers in `application/problem+json`
+//! or 504 — no sooner than a 503's `Retry-After` asks (to a cap); a POST is
+//! never retried. Error answers in `application/problem+json`
 //! come back as [`ClientError::Status`] with the problem parsed.
 //!
 //! Typed clients of each service are thin layers over [`HttpClient`], and list
@@ -37,7 +38,7 @@ pub struct Problem {
 pub enum ClientError {
     /// The service answered with an error status.
     #[error("{method} {url}: {status}{}", problem.as_ref().map(|p| format!(": {}", p.detail)).unwrap_or_default())]
-    Status { method: Method, url: String, status: StatusCode, problem: Option<Box<Problem>> },
+    Status { method: Method, url: String, status: StatusCode, problem: Option<Box<Problem>>, retry_after: Option<Duration> },
     /// No answer: connection refused or reset, DNS, or the timeout.
     #[error("{method} {url}: {reason}")]
     Transport { method: Method, url: String, reason: String },
@@ -56,6 +57,15 @@ impl ClientError {
     pub fn status(&self) -> Option<StatusCode> {
         match self {
             ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// How long the server asked to be left alone (`Retry-After` in seconds
+    /// on a 503 or 429), as it said it.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClientError::Status { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -86,6 +96,10 @@ pub struct ClientOptions {
     /// The largest successful answer read; a larger one is an error, never
     /// held whole. (An error answer is read to [`MAX_ERROR_ANSWER_BYTES`].)
     pub max_answer_bytes: usize,
+    /// The longest `Retry-After` honoured before a retry: a server that asks
+    /// for longer is waited on this long (the retry's own backoff, if longer,
+    /// wins), so no answer can park a caller for hours.
+    pub max_retry_after: Duration,
 }
 
 /// The most of an error answer read: a problem document is small, and what a
@@ -105,6 +119,7 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_secs(2),
             token: None,
             max_answer_bytes: 256 * 1024 * 1024,
+            max_retry_after: Duration::from_secs(30),
         }
     }
 }
@@ -179,9 +194,14 @@ impl HttpClient {
             .with_max_delay(self.options.max_backoff)
             .with_max_times(self.options.retries)
             .with_jitter();
+        let cap = self.options.max_retry_after;
         attempt
             .retry(backoff)
             .when(ClientError::is_transient)
+            // A shedding server says when to come back: no sooner than that
+            // (to its cap), else the jittered backoff. `None` is the backoff
+            // exhausted, and stays so.
+            .adjust(move |e, backoff| backoff.map(|b| e.retry_after().map_or(b, |asked| asked.min(cap).max(b))))
             .notify(|e, wait| tracing::debug!(error = %e, retry_in_ms = wait.as_millis() as u64, "retrying call"))
             .await
     }
@@ -231,7 +251,12 @@ impl HttpClient {
             }
             Box::new(p)
         });
-        Err(ClientError::Status { method, url: url.to_owned(), status, problem })
+        let retry_after = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Err(ClientError::Status { method, url: url.to_owned(), status, problem, retry_after })
     }
 
     pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
@@ -323,6 +348,42 @@ mod tests {
             let _ = socket.write_all(&body).await;
         });
         format!("http://{address}")
+    }
+
+    /// A server shedding load answers 503 with `Retry-After`: the retry waits
+    /// that long, not the 50 ms backoff, and then succeeds.
+    #[tokio::test]
+    async fn a_retry_waits_as_long_as_retry_after_asks() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = answered.clone();
+        tokio::spawn(async move {
+            for answer in ["503 Service Unavailable\r\nretry-after: 1", "200 OK"] {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let _ = socket.read(&mut [0u8; 4096]).await;
+                seen.lock().unwrap().push(std::time::Instant::now());
+                let head = format!("HTTP/1.1 {answer}\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                let _ = socket.write_all(head.as_bytes()).await;
+            }
+        });
+        let client = HttpClient::new(&base, ClientOptions::default()).unwrap();
+        let answer = client.send(Method::GET, "/x", http::HeaderMap::new(), None).await.expect("the retry succeeds");
+        assert_eq!(answer.status, StatusCode::OK);
+        let at = answered.lock().unwrap().clone();
+        assert_eq!(at.len(), 2);
+        assert!(at[1] - at[0] >= Duration::from_millis(950), "retried after {:?}", at[1] - at[0]);
+        // A request for more than the cap waits the cap.
+        let capped = ClientError::Status {
+            method: Method::GET,
+            url: base,
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            problem: None,
+            retry_after: Some(Duration::from_secs(86_400)),
+        };
+        assert_eq!(capped.retry_after(), Some(Duration::from_secs(86_400)));
+        assert!(capped.is_transient());
     }
 
     /// The probe's janitor: a 300 MB answer it could not read was copied

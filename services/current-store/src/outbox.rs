@@ -385,6 +385,7 @@ mod tests {
             url: "http://x/".into(),
             status: StatusCode::from_u16(code).unwrap(),
             problem: None,
+            retry_after: None,
         }
     }
 
