@@ -192,8 +192,9 @@ pub async fn serve_all(services: Vec<(Service, TcpListener)>, shutdown: impl Fut
 /// engine's default).
 pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) -> Result<Store, BoxError> {
     let mut storage = settings.storage.clone();
-    if let revstore_storage::StorageSettings::Embedded { options, .. } = &mut storage {
-        options.metrics_service = schema.name;
+    match &mut storage {
+        revstore_storage::StorageSettings::Embedded { options, .. } => options.metrics_service = schema.name,
+        revstore_storage::StorageSettings::Cassandra(options) => options.metrics_service = schema.name,
     }
     let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?.for_service(schema.name);
     if settings.migrate_on_start {

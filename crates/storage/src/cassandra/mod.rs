@@ -17,6 +17,7 @@
 //!   writes take the server's (Paxos) timestamp, as on the embedded engine;
 //! - ScyllaDB keyspaces are created with tablets off (lightweight transactions).
 
+mod cas;
 pub(crate) mod cql;
 
 use std::collections::HashMap;
@@ -37,7 +38,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -58,6 +59,8 @@ pub struct CassandraOptions {
     /// Client-side bound on every request.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
+    /// The `service` label of the engine's own metrics.
+    pub metrics_service: &'static str,
 }
 
 impl std::fmt::Debug for CassandraOptions {
@@ -87,6 +90,7 @@ impl CassandraOptions {
             serial_consistency: SerialConsistency::LocalSerial,
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            metrics_service: "revstore",
         }
     }
 
@@ -108,6 +112,9 @@ pub struct CassandraEngine {
     flavor: Flavor,
     replication: Replication,
     prepared: Mutex<HashMap<String, PreparedStatement>>,
+    /// The consistency of reads that settle a conditional write (the serial one configured).
+    serial_read: Consistency,
+    metrics_service: &'static str,
     /// Per table, the widest token slice a holdings scan got through (see
     /// [`Engine::holdings`] below); absent: the whole range.
     holdings_slices: Mutex<HashMap<&'static str, u64>>,
@@ -158,6 +165,11 @@ impl CassandraEngine {
             flavor,
             replication,
             prepared: Mutex::new(HashMap::new()),
+            serial_read: match options.serial_consistency {
+                SerialConsistency::Serial => Consistency::Serial,
+                SerialConsistency::LocalSerial => Consistency::LocalSerial,
+            },
+            metrics_service: options.metrics_service,
             holdings_slices: Mutex::new(HashMap::new()),
         })
     }
@@ -184,12 +196,22 @@ impl CassandraEngine {
     }
 
     async fn execute(&self, statement: &Statement) -> StoreResult<QueryResult> {
-        let prepared = self.prepare(&statement.cql).await?;
-        self.session.execute_unpaged(&prepared, &statement.values).await.map_err(execution_error)
+        self.send(statement).await?.map_err(execution_error)
     }
 
     /// Runs statements as one batch: unlogged within one partition, logged across partitions.
     async fn batch(&self, statements: &[Statement], single_partition: bool) -> StoreResult<QueryResult> {
+        self.send_batch(statements, single_partition).await?.map_err(execution_error)
+    }
+
+    /// Sends a statement; the outer error is one before sending (preparing it),
+    /// the inner one the request's, for callers that must tell how it failed.
+    async fn send(&self, statement: &Statement) -> StoreResult<Result<QueryResult, ExecutionError>> {
+        let prepared = self.prepare(&statement.cql).await?;
+        Ok(self.session.execute_unpaged(&prepared, &statement.values).await)
+    }
+
+    async fn send_batch(&self, statements: &[Statement], single_partition: bool) -> StoreResult<Result<QueryResult, ExecutionError>> {
         let mut batch = Batch::new(if single_partition { BatchType::Unlogged } else { BatchType::Logged });
         let mut values = Vec::with_capacity(statements.len());
         // Prepare everything first: a statement that cannot be prepared fails the
@@ -198,7 +220,7 @@ impl CassandraEngine {
             batch.append_statement(self.prepare(&s.cql).await?);
             values.push(&s.values);
         }
-        self.session.batch(&batch, values).await.map_err(execution_error)
+        Ok(self.session.batch(&batch, values).await)
     }
 
     /// Rows of a result as our rows, by column name; the `[applied]` column is skipped.
@@ -292,11 +314,64 @@ impl CassandraEngine {
         }
     }
 
-    async fn select(&self, statement: Statement, limit: Option<u32>, t: &TableDef) -> StoreResult<Vec<Row>> {
+    /// [`Engine::read`], at `consistency` when given (the session's otherwise).
+    async fn read_at(
+        &self,
+        query: &ReadQuery,
+        after: Option<Vec<Value>>,
+        consistency: Option<Consistency>,
+    ) -> StoreResult<(Vec<Row>, Option<Row>)> {
+        let t = query.table;
+        let wanted = |c: &&Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
+        let regular: Vec<&Column> = t.regular().filter(wanted).collect();
+        let statics: Vec<&Column> = t.statics().filter(wanted).collect();
+        let mut rows = Vec::new();
+        for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &regular) {
+            let remaining = query.limit.map(|l| (l as usize + 1).saturating_sub(rows.len()) as u32);
+            if remaining == Some(0) {
+                break;
+            }
+            // `select` asks for one more than the limit; the store trims.
+            let found = self.select(statement, remaining.map(|r| r - 1), t, consistency).await?;
+            // A partition with static cells but no rows answers with one row whose
+            // clustering columns are null: that is not a row.
+            rows.extend(found.into_iter().filter(|r| t.clustering().all(|(c, _)| r.get(c.name).is_some())));
+        }
+        if let Some(limit) = query.limit {
+            rows.truncate(limit as usize + 1);
+        }
+        let static_row = if statics.is_empty() {
+            None
+        } else {
+            let statement = cql::read_statics(&self.keyspace, t, &query.partition, &statics);
+            let mut prepared = self.prepare(&statement.cql).await?;
+            if let Some(consistency) = consistency {
+                prepared.set_consistency(consistency);
+            }
+            let result = self.session.execute_unpaged(&prepared, &statement.values).await.map_err(execution_error)?;
+            self.rows(result, t)?
+                .into_iter()
+                .next()
+                .map(|(_, r)| Row::new(statics.iter().map(|c| (c.name, r.get(c.name).cloned().unwrap_or(Value::Null))).collect()))
+                .filter(|r| r.columns().any(|(_, v)| !v.is_null()))
+        };
+        Ok((rows, static_row))
+    }
+
+    async fn select(
+        &self,
+        statement: Statement,
+        limit: Option<u32>,
+        t: &TableDef,
+        consistency: Option<Consistency>,
+    ) -> StoreResult<Vec<Row>> {
         let mut statement = statement;
         // `LIMIT ?` takes an int; with no limit, the cluster's own maximum.
         statement.values.push(Some(CqlValue::Int(limit.map_or(i32::MAX, |l| l.min(i32::MAX as u32 - 1) as i32 + 1))));
-        let prepared = self.prepare(&statement.cql).await?;
+        let mut prepared = self.prepare(&statement.cql).await?;
+        if let Some(consistency) = consistency {
+            prepared.set_consistency(consistency);
+        }
         let mut rows = Vec::new();
         let mut paging = scylla::response::PagingState::start();
         // Large partitions come back in driver pages; the client only ever sees our tokens.
@@ -347,122 +422,11 @@ impl Engine for CassandraEngine {
     }
 
     async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)> {
-        let t = query.table;
-        let wanted = |c: &&Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
-        let regular: Vec<&Column> = t.regular().filter(wanted).collect();
-        let statics: Vec<&Column> = t.statics().filter(wanted).collect();
-        let mut rows = Vec::new();
-        for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &regular) {
-            let remaining = query.limit.map(|l| (l as usize + 1).saturating_sub(rows.len()) as u32);
-            if remaining == Some(0) {
-                break;
-            }
-            // `select` asks for one more than the limit; the store trims.
-            let found = self.select(statement, remaining.map(|r| r - 1), t).await?;
-            // A partition with static cells but no rows answers with one row whose
-            // clustering columns are null: that is not a row.
-            rows.extend(found.into_iter().filter(|r| t.clustering().all(|(c, _)| r.get(c.name).is_some())));
-        }
-        if let Some(limit) = query.limit {
-            rows.truncate(limit as usize + 1);
-        }
-        let static_row = if statics.is_empty() {
-            None
-        } else {
-            let result = self.execute(&cql::read_statics(&self.keyspace, t, &query.partition, &statics)).await?;
-            self.rows(result, t)?
-                .into_iter()
-                .next()
-                .map(|(_, r)| Row::new(statics.iter().map(|c| (c.name, r.get(c.name).cloned().unwrap_or(Value::Null))).collect()))
-                .filter(|r| r.columns().any(|(_, v)| !v.is_null()))
-        };
-        Ok((rows, static_row))
+        self.read_at(query, after, None).await
     }
 
     async fn cas(&self, c: Cas) -> StoreResult<CasOutcome> {
-        let mut statements = Vec::with_capacity(c.writes.len() + 1);
-        let condition_key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
-        match &c.condition {
-            Condition::NotExists => {
-                for w in &c.writes {
-                    let is_condition_row = matches!(w, Write::Upsert(u) if u.key == condition_key);
-                    statements.push(match w {
-                        Write::Upsert(u) if is_condition_row => cql::insert(&self.keyspace, u, true),
-                        other => self.statement_for(other),
-                    });
-                }
-            }
-            Condition::Equals(expected) => {
-                // The condition rides on the write to the condition row when there is
-                // one: a separate carrier writing the same cell with the same (Paxos)
-                // timestamp would conflict with it.
-                let carrier = c.writes.iter().position(|w| matches!(w, Write::Upsert(u) if u.key == condition_key && !u.cells.is_empty()));
-                // Or the delete of the condition row, which carries it as `DELETE ... IF`.
-                let deletes_condition_row = |w: &Write| match w {
-                    Write::Delete(d) => match &d.target {
-                        DeleteTarget::Row(ck) => d.partition.iter().chain(ck).eq(condition_key.iter()),
-                        DeleteTarget::Partition => c.table.clustering().next().is_none() && d.partition == condition_key,
-                        DeleteTarget::Range(_) => false,
-                    },
-                    Write::Upsert(_) => false,
-                };
-                let deleting = if carrier.is_none() { c.writes.iter().position(deletes_condition_row) } else { None };
-                if let Some(i) = deleting {
-                    let Write::Delete(d) = &c.writes[i] else { unreachable!("position matched a delete") };
-                    statements.push(cql::conditional_delete(&self.keyspace, d, expected));
-                    statements.extend(c.writes.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, w)| self.statement_for(w)));
-                }
-                match carrier {
-                    _ if deleting.is_some() => {}
-                    Some(i) => {
-                        let Write::Upsert(u) = &c.writes[i] else { unreachable!("position matched an upsert") };
-                        statements.push(cql::conditional_update(&self.keyspace, u, expected));
-                        for (j, w) in c.writes.iter().enumerate() {
-                            // A row's INSERT stays too, for its liveness marker (same values).
-                            if j != i || u.key.len() > c.partition.len() || c.table.clustering().next().is_none() {
-                                statements.push(self.statement_for(w));
-                            }
-                        }
-                    }
-                    None => {
-                        let (first, _) = &expected[0];
-                        let conflict = c.writes.iter().any(|w| matches!(w, Write::Upsert(u) if u.cells.iter().any(|(n, _)| n == first)));
-                        if conflict {
-                            return Err(StoreError::invalid(format!(
-                                "a conditional batch that sets {first} must do so in the write of the condition row"
-                            )));
-                        }
-                        statements.push(cql::condition_carrier(&self.keyspace, c.table, &condition_key, expected));
-                        statements.extend(c.writes.iter().map(|w| self.statement_for(w)));
-                    }
-                }
-            }
-        }
-        let result = if let [only] = statements.as_slice() { self.execute(only).await? } else { self.batch(&statements, true).await? };
-        let rows = self.rows(result, c.table)?;
-        let applied = rows
-            .first()
-            .and_then(|(applied, _)| *applied)
-            .ok_or_else(|| StoreError::Internal("conditional write answered without [applied]".into()))?;
-        let current = if applied {
-            None
-        } else {
-            // Cassandra answers with the current values of the condition row (one row
-            // per condition in a batch); nothing when the row does not exist.
-            let mut cells: Vec<(&'static str, Value)> = Vec::new();
-            for (_, row) in rows {
-                for (name, value) in row.columns() {
-                    if !value.is_null() && !cells.iter().any(|(n, _)| *n == name) {
-                        cells.push((name, value.clone()));
-                    }
-                }
-            }
-            let key_only = cells.iter().all(|(n, _)| {
-                c.table.column(n).is_some_and(|col| matches!(col.kind, ColumnKind::PartitionKey | ColumnKind::Clustering(_)))
-            });
-            if key_only { None } else { Some(Row::new(cells)) }
-        };
-        Ok(CasOutcome { applied, current })
+        self.conditional_write(c).await
     }
 
     async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<ScannedPartition>> {
