@@ -17,9 +17,14 @@
 //! At most [`ConnectionLimits::max_connections`] are open at once (lowered to
 //! leave headroom below the process's file-descriptor limit); at the cap, the
 //! connection waiting longest is closed to make room, so a flood of idle or
-//! slow connections cannot lock out `/healthz`. Only when every connection is
-//! busy does accepting pause, logged once per episode, never in a busy loop;
-//! running out of file descriptors is handled the same way.
+//! slow connections cannot lock out `/healthz` — but only one that has waited
+//! longer than [`REUSE_GRACE`]: a kept-alive connection that has just answered
+//! is the one its client sends the next request on, and closing it then is a
+//! reset in the client's face (a flood past the cap closed thousands so, and
+//! the clients' reconnections made it worse). When no connection is
+//! evictable, accepting pauses: new connections wait in the listen backlog
+//! until one frees, logged once per episode, never in a busy loop; running
+//! out of file descriptors is handled the same way.
 //!
 //! hyper's own header-read timer is not used: it starts whenever a connection
 //! waits, so it cannot tell a slow header from an idle keep-alive connection.
@@ -37,6 +42,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::serve::IncomingStream;
+use futures_util::task::AtomicWaker;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -53,6 +59,12 @@ pub struct ConnectionLimits {
 
 /// How often the watchdog looks at the waiting connections.
 const WATCHDOG_TICK: Duration = Duration::from_millis(200);
+/// How long a connection must have waited (for its first request, or for the
+/// next one on a kept-alive connection) before the cap may close it: one that
+/// waited less is about to be used (a pooled connection its client is picking
+/// up again, a new one whose request is on its way). Short, so that slow
+/// connections still make room for a probe within a second or two.
+pub const REUSE_GRACE: Duration = Duration::from_millis(250);
 /// File descriptors kept free for everything else (storage, outgoing calls, logs).
 const MIN_FD_RESERVE: usize = 64;
 
@@ -86,9 +98,24 @@ pub struct Connection {
     id: u64,
     phase: Mutex<Phase>,
     close: CancellationToken,
+    /// The cap chose this connection to make room: it closes at its next
+    /// read that would wait, or stays if a request is already there.
+    evict: AtomicBool,
+    /// The task reading the connection, woken to act on `evict`.
+    reader: AtomicWaker,
 }
 
 impl Connection {
+    fn new(id: u64, phase: Phase) -> Self {
+        Connection {
+            id,
+            phase: Mutex::new(phase),
+            close: CancellationToken::new(),
+            evict: AtomicBool::new(false),
+            reader: AtomicWaker::new(),
+        }
+    }
+
     fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
         self.phase.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -149,11 +176,13 @@ struct Registry {
     service: &'static str,
     open: Mutex<HashMap<u64, Arc<Connection>>>,
     freed: Notify,
+    /// Connections asked to make room that have not closed or stayed yet.
+    evictions_pending: AtomicU64,
 }
 
 impl Registry {
     fn new(service: &'static str) -> Self {
-        Registry { service, open: Mutex::default(), freed: Notify::new() }
+        Registry { service, open: Mutex::default(), freed: Notify::new(), evictions_pending: AtomicU64::new(0) }
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
@@ -190,24 +219,35 @@ impl Registry {
         }
     }
 
-    /// Closes the connection that has waited longest; false when all are busy.
-    fn evict_longest_waiting(&self) -> bool {
+    /// Asks the connection that has waited longest (past [`REUSE_GRACE`]) to
+    /// make room; false when none has (all busy or just used). It closes only
+    /// if no request is waiting to be read on it (see [`TrackedStream`]).
+    fn evict_longest_waiting(&self, now: Instant) -> bool {
         let victim = self
             .open()
             .values()
-            .filter(|c| !c.close.is_cancelled())
+            .filter(|c| !c.close.is_cancelled() && !c.evict.load(Ordering::Relaxed))
             .filter_map(|c| match *c.phase() {
-                Phase::Waiting { since, .. } => Some((since, c.clone())),
-                Phase::Busy { .. } => None,
+                Phase::Waiting { since, .. } if now.saturating_duration_since(since) > REUSE_GRACE => Some((since, c.clone())),
+                Phase::Waiting { .. } | Phase::Busy { .. } => None,
             })
             .min_by_key(|(since, _)| *since)
             .map(|(_, c)| c);
         match victim {
             Some(connection) => {
-                self.close(&connection, CloseReason::Evicted);
+                self.evictions_pending.fetch_add(1, Ordering::Relaxed);
+                connection.evict.store(true, Ordering::Relaxed);
+                connection.reader.wake();
                 true
             }
             None => false,
+        }
+    }
+
+    /// An eviction asked of `connection` is settled: it closed, or a request was there.
+    fn eviction_settled(&self, connection: &Connection) {
+        if connection.evict.swap(false, Ordering::Relaxed) {
+            self.evictions_pending.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -221,8 +261,15 @@ pub struct LimitedListener {
     registry: Arc<Registry>,
     next_id: AtomicU64,
     /// Set while accepting is paused (cap reached with every connection busy, or no fds).
-    paused: AtomicBool,
+    paused: bool,
+    /// When a pause was last logged, and the pauses since (a flood pauses
+    /// and resumes many times a second: one line per [`PAUSE_LOG_EVERY`]).
+    pause_logged_at: Option<Instant>,
+    pauses_unlogged: u64,
 }
+
+/// At most one "not accepting connections" line per this long.
+const PAUSE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl LimitedListener {
     /// The listener of `service` (the label of its connection metrics).
@@ -237,22 +284,39 @@ impl LimitedListener {
         }
         let registry = Arc::new(Registry::new(service));
         tokio::spawn(watchdog(Arc::downgrade(&registry), limits));
-        LimitedListener { listener, max_connections, registry, next_id: AtomicU64::new(0), paused: AtomicBool::new(false) }
+        LimitedListener {
+            listener,
+            max_connections,
+            registry,
+            next_id: AtomicU64::new(0),
+            paused: false,
+            pause_logged_at: None,
+            pauses_unlogged: 0,
+        }
     }
 
-    fn pause(&self, why: &str, error: Option<&io::Error>) {
-        if !self.paused.swap(true, Ordering::Relaxed) {
+    fn pause(&mut self, why: &str, error: Option<&io::Error>) {
+        if std::mem::replace(&mut self.paused, true) {
+            return;
+        }
+        self.pauses_unlogged += 1;
+        let now = Instant::now();
+        if self.pause_logged_at.is_none_or(|at| now - at >= PAUSE_LOG_EVERY) {
             tracing::warn!(
                 reason = why,
                 error = error.map(tracing::field::display),
                 max_connections = self.max_connections,
+                pauses = self.pauses_unlogged,
                 "not accepting connections for now"
             );
+            self.pause_logged_at = Some(now);
+            self.pauses_unlogged = 0;
         }
     }
 
-    fn resume(&self) {
-        if self.paused.swap(false, Ordering::Relaxed) {
+    fn resume(&mut self) {
+        if std::mem::replace(&mut self.paused, false) && self.pauses_unlogged == 0 {
+            // The pause that was logged is over (later ones are summed into the next line).
             tracing::info!("accepting connections again");
         }
     }
@@ -277,8 +341,10 @@ impl axum::serve::Listener for LimitedListener {
         let mut backoff = Duration::from_millis(50);
         loop {
             while self.registry.open().len() >= self.max_connections {
-                if !self.registry.evict_longest_waiting() {
-                    self.pause("the connection cap is reached and every connection is busy", None);
+                // One eviction at a time: a connection asked may turn out to be in use.
+                let asking = self.registry.evictions_pending.load(Ordering::Relaxed) > 0;
+                if !asking && !self.registry.evict_longest_waiting(Instant::now()) {
+                    self.pause("the connection cap is reached and every connection is busy or was just used", None);
                 }
                 // A slot frees when a closed connection's stream is dropped.
                 let _ = tokio::time::timeout(Duration::from_millis(100), self.registry.freed.notified()).await;
@@ -287,11 +353,10 @@ impl axum::serve::Listener for LimitedListener {
                 Ok((stream, addr)) => {
                     self.resume();
                     let _ = stream.set_nodelay(true);
-                    let connection = Arc::new(Connection {
-                        id: self.next_id.fetch_add(1, Ordering::Relaxed),
-                        phase: Mutex::new(Phase::Waiting { since: Instant::now(), first_byte: None, fresh: true }),
-                        close: CancellationToken::new(),
-                    });
+                    let connection = Arc::new(Connection::new(
+                        self.next_id.fetch_add(1, Ordering::Relaxed),
+                        Phase::Waiting { since: Instant::now(), first_byte: None, fresh: true },
+                    ));
                     self.registry.open().insert(connection.id, connection.clone());
                     let closed = Box::pin(connection.close.clone().cancelled_owned());
                     return (TrackedStream { stream, connection, registry: self.registry.clone(), closed }, addr);
@@ -320,6 +385,12 @@ impl axum::serve::Listener for LimitedListener {
 
 /// An accepted TCP stream that reports its reads to its connection's state
 /// and ends when the watchdog or the cap closes it.
+///
+/// The cap's close is decided here, at a read: a connection asked to make
+/// room closes only when reading it would wait. A kept-alive connection on
+/// which the client has just sent its next request (or a new one whose
+/// request is in the socket) is read instead, and stays: closing it would
+/// reset a request the client has already sent.
 #[derive(Debug)]
 pub struct TrackedStream {
     stream: TcpStream,
@@ -343,10 +414,19 @@ impl AsyncRead for TrackedStream {
         if self.poll_closed(cx) {
             return Poll::Ready(Err(closed_error()));
         }
+        self.connection.reader.register(cx.waker());
         let before = buf.filled().len();
         let result = Pin::new(&mut self.stream).poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.connection.saw_bytes();
+        }
+        if self.connection.evict.load(Ordering::Relaxed) {
+            let in_use = matches!(*self.connection.phase(), Phase::Busy { .. }) || !matches!(result, Poll::Pending);
+            self.registry.eviction_settled(&self.connection);
+            if !in_use {
+                self.registry.close(&self.connection, CloseReason::Evicted);
+                return Poll::Ready(Err(closed_error()));
+            }
         }
         result
     }
@@ -382,6 +462,7 @@ impl AsyncWrite for TrackedStream {
 
 impl Drop for TrackedStream {
     fn drop(&mut self) {
+        self.registry.eviction_settled(&self.connection);
         self.registry.open().remove(&self.connection.id);
         self.registry.freed.notify_one();
     }
@@ -415,7 +496,7 @@ mod tests {
     use super::*;
 
     fn connection(phase: Phase) -> Arc<Connection> {
-        Arc::new(Connection { id: 0, phase: Mutex::new(phase), close: CancellationToken::new() })
+        Arc::new(Connection::new(0, phase))
     }
 
     const LIMITS: ConnectionLimits =
@@ -444,21 +525,69 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_evicts_the_longest_waiting_and_never_a_busy_one() {
+    fn the_cap_evicts_the_longest_waiting_and_never_a_busy_or_just_used_one() {
         let now = Instant::now();
         let registry = Registry::new("test");
         let busy = connection(Phase::Busy { requests: 1 });
         let old = connection(Phase::Waiting { since: now - Duration::from_secs(5), first_byte: None, fresh: true });
-        let young = connection(Phase::Waiting { since: now, first_byte: None, fresh: true });
-        for (id, c) in [&busy, &old, &young].into_iter().enumerate() {
+        let young = connection(Phase::Waiting { since: now - Duration::from_secs(2), first_byte: None, fresh: false });
+        // Answered a moment ago: its client is about to send the next request on it.
+        let just_used = connection(Phase::Waiting { since: now - Duration::from_millis(10), first_byte: None, fresh: false });
+        for (id, c) in [&busy, &old, &young, &just_used].into_iter().enumerate() {
             registry.open().insert(id as u64, c.clone());
         }
-        assert!(registry.evict_longest_waiting());
-        assert!(old.close.is_cancelled() && !young.close.is_cancelled());
-        assert!(registry.evict_longest_waiting());
-        assert!(young.close.is_cancelled());
-        assert!(!registry.evict_longest_waiting(), "a busy connection is never evicted");
-        assert!(!busy.close.is_cancelled());
+        let asked = |c: &Connection| c.evict.load(Ordering::Relaxed);
+        assert!(registry.evict_longest_waiting(now));
+        assert!(asked(&old) && !asked(&young));
+        assert!(registry.evict_longest_waiting(now));
+        assert!(asked(&young));
+        assert!(!registry.evict_longest_waiting(now), "a busy or just-used connection is never evicted");
+        assert!(!asked(&busy) && !asked(&just_used));
+        // Once it has waited past the grace, it may go.
+        assert!(registry.evict_longest_waiting(now + REUSE_GRACE + Duration::from_millis(1)));
+        assert!(asked(&just_used));
+        assert_eq!(registry.evictions_pending.load(Ordering::Relaxed), 3);
+        for c in [&old, &young, &just_used] {
+            registry.eviction_settled(c);
+        }
+        assert_eq!(registry.evictions_pending.load(Ordering::Relaxed), 0);
+    }
+
+    /// A server-side stream tracked by `registry`, and its client end.
+    async fn tracked_pair(registry: &Arc<Registry>) -> (TrackedStream, tokio::net::TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = tokio::net::TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let connection = Arc::new(Connection::new(7, Phase::Waiting { since: Instant::now(), first_byte: None, fresh: false }));
+        registry.open().insert(7, connection.clone());
+        let closed = Box::pin(connection.close.clone().cancelled_owned());
+        (TrackedStream { stream, connection, registry: registry.clone(), closed }, client)
+    }
+
+    #[tokio::test]
+    async fn a_connection_asked_to_make_room_stays_when_its_client_has_already_sent_a_request() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let registry = Arc::new(Registry::new("test"));
+        let (mut server, mut client) = tracked_pair(&registry).await;
+        // The client reuses the kept-alive connection just as the cap picks it.
+        client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.expect("write");
+        tokio::time::timeout(Duration::from_secs(60), server.stream.readable()).await.expect("the request arrives").expect("readable");
+        server.connection.evict.store(true, Ordering::Relaxed);
+        registry.evictions_pending.store(1, Ordering::Relaxed);
+        let mut buf = [0u8; 64];
+        let n = server.read(&mut buf).await.expect("the request is read, not refused");
+        assert!(buf[..n].starts_with(b"GET /healthz"));
+        assert!(!server.connection.close.is_cancelled(), "a connection with a request on it is not closed");
+        assert_eq!(registry.evictions_pending.load(Ordering::Relaxed), 0, "the eviction is settled");
+
+        // Nothing sent: the next read that would wait closes it.
+        let (mut idle, _idle_client) = tracked_pair(&registry).await;
+        idle.connection.evict.store(true, Ordering::Relaxed);
+        registry.evictions_pending.store(1, Ordering::Relaxed);
+        let error = idle.read(&mut buf).await.expect_err("an idle connection asked to make room closes");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(idle.connection.close.is_cancelled());
+        assert_eq!(registry.evictions_pending.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   problem bodies for every error response.
 //! - [`connections`]: the accepted connections, with a cap, a header-read
 //!   timeout and an idle timeout (slowloris).
+//! - [`shedding`]: the in-flight request limit; what exceeds it is answered
+//!   503 with `Retry-After` at once (probes and metrics never are).
 //! - [`server`]: the router around a service's routes (`/healthz`, `/readyz`,
 //!   `/metrics`, `/openapi.json`, timeouts, body limits, panics caught) and
 //!   [`server::serve`] with its graceful shutdown.
@@ -39,6 +41,7 @@ pub mod openapi;
 pub mod problem;
 pub mod server;
 pub mod settings;
+pub mod shedding;
 pub mod worker;
 
 pub use access::{Access, WriteAccess};

@@ -4,7 +4,7 @@
 //! - the problem+json answers the platform can give on any route: 400 (a key
 //!   or query that does not parse), 401 and 403 (writes, admin routes, and
 //!   reads when read tokens are set), 415 (a `Content-Encoding`), 500, 503
-//!   (storage or a peer unavailable, the request timeout); 413 and 422 where
+//!   (the in-flight limit, storage or a peer unavailable, the request timeout); 413 and 422 where
 //!   the operation takes a body;
 //! - the constraints of the path parameters every contract path shares:
 //!   `domain`, `title`, `rev`, `tid`.
@@ -25,7 +25,10 @@ const EVERY_ROUTE: [(&str, &str); 6] = [
     ("403", "the token does not allow this"),
     ("415", "the body has a Content-Encoding (bodies are not decoded) or another media type"),
     ("500", "internal error; the request id leads to the details in the logs"),
-    ("503", "the storage or a peer service is unavailable, or the request timed out; retry later"),
+    (
+        "503",
+        "the service is at its limit of requests in flight (`overloaded`, with Retry-After), the storage or a peer service is unavailable, or the request timed out; retry later",
+    ),
 ];
 
 /// Answers of operations that take a body.

@@ -95,6 +95,16 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
     }
 
+    /// 503: the service already works on `limit` requests; this one was not
+    /// started (nothing changed). Sent with `Retry-After`.
+    pub fn overloaded(limit: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            format!("the service is at its limit of {limit} requests in flight; nothing was done, retry after the Retry-After delay"),
+        )
+    }
+
     /// 503: `dependency` (storage, another service) cannot serve now. The
     /// client learns which and to retry; the cause goes to the logs only.
     pub fn dependency_unavailable(dependency: &str, cause: impl std::fmt::Display) -> Self {

@@ -122,7 +122,8 @@ impl Platform {
     }
 
     /// The service's routes (already given their state) inside the platform:
-    /// ops routes, read access, body limit, panic catcher, timeout, observation.
+    /// ops routes, read access, body limit, panic catcher, load shedding,
+    /// timeout, observation.
     pub fn router(&self, routes: Router) -> Router {
         let settings = &self.inner.settings;
         let ops = Router::new()
@@ -144,6 +145,14 @@ impl Platform {
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
             .layer(axum::middleware::from_fn_with_state(ObserveState::new(self.inner.service, settings.access_log), observe))
+            // Shedding is outermost: a refusal costs a semaphore try and a ready
+            // body, no span, no labelled metrics, no body rewrite, so a flood of
+            // refusals does not starve the requests being served (it is counted
+            // in its own metric).
+            .layer(axum::middleware::from_fn_with_state(
+                crate::shedding::Shedder::new(self.inner.service, settings.max_in_flight),
+                crate::shedding::shed_excess,
+            ))
     }
 }
 

@@ -150,8 +150,14 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
     pub request_timeout_secs: u64,
 
-    /// Most connections open at once; at the cap the one idle longest is closed
-    /// (lowered automatically to stay below the file-descriptor limit).
+    /// Most requests worked on at once; more are answered 503 with Retry-After
+    /// at once (probes and /metrics never are). Default: 64 per CPU, 64 to 1024.
+    #[arg(long, env = "REVSTORE_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
+
+    /// Most connections open at once; at the cap the one idle longest (for
+    /// more than 250 ms) is closed, else new connections wait to be
+    /// accepted (lowered automatically to stay below the file-descriptor limit).
     #[arg(long, env = "REVSTORE_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
 
@@ -215,6 +221,13 @@ fn parse_consistency(s: &str) -> Result<Consistency, String> {
     })
 }
 
+/// The in-flight limit when none is set: 64 requests per CPU, from 64 to 1,024
+/// (BENCHMARKS.md, "Overload", for what that holds on two cores).
+pub fn default_max_in_flight() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (64 * cpus).clamp(64, 1024)
+}
+
 /// Settings resolved and checked: files read, storage chosen.
 #[derive(Debug, Clone)]
 pub struct ServiceSettings {
@@ -225,6 +238,8 @@ pub struct ServiceSettings {
     pub request_timeout: Duration,
     /// How many connections, and how slow and idle they may be.
     pub connections: ConnectionLimits,
+    /// Most requests worked on at once (see [`crate::shedding`]).
+    pub max_in_flight: usize,
     pub body_limit: usize,
     /// The memory budget, as divided so far (services take their parts).
     pub memory: crate::budget::MemoryBudget,
@@ -293,6 +308,9 @@ impl CommonArgs {
         if self.body_limit_bytes == 0 || self.request_timeout_secs == 0 {
             return Err(SettingsError("the body limit and the request timeout must be above zero".into()));
         }
+        if self.max_in_flight == Some(0) {
+            return Err(SettingsError("the in-flight request limit must be above zero".into()));
+        }
         if self.max_connections == 0 || self.header_read_timeout_secs == 0 || self.idle_timeout_secs == 0 {
             return Err(SettingsError("the connection cap, the header-read timeout and the idle timeout must be above zero".into()));
         }
@@ -306,6 +324,7 @@ impl CommonArgs {
                 header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
                 idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             },
+            max_in_flight: self.max_in_flight.unwrap_or_else(default_max_in_flight),
             body_limit: self.body_limit_bytes,
             memory,
             shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),

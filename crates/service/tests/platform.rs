@@ -225,16 +225,12 @@ async fn start(extra_args: &[&str], migrate: bool, downstream: Option<String>) -
     let dir = tempfile::tempdir().expect("tempdir");
     let mut args =
         vec!["test", "--data-dir", dir.path().to_str().expect("path"), "--write-tokens", "write-token-0123456789,rotated-token-0123456789"];
-    args.extend_from_slice(&[
-        "--shutdown-delay-secs",
-        "0",
-        "--drain-timeout-secs",
-        "5",
-        "--body-limit-bytes",
-        "1024",
-        "--request-timeout-secs",
-        "1",
-    ]);
+    // The harness's defaults, unless the test sets them itself.
+    let defaults =
+        [("--shutdown-delay-secs", "0"), ("--drain-timeout-secs", "5"), ("--body-limit-bytes", "1024"), ("--request-timeout-secs", "1")];
+    for (flag, value) in defaults.into_iter().filter(|(flag, _)| !extra_args.contains(flag)) {
+        args.extend_from_slice(&[flag, value]);
+    }
     args.extend_from_slice(extra_args);
     let settings = TestArgs::parse_from(args).common.resolve(0).expect("settings");
     let mut switchable = None;
@@ -900,5 +896,58 @@ async fn slow_and_idle_connections_are_closed_and_healthz_stays_answerable() {
             metrics.contains(&format!("http_connections_closed_total{{service=\"items\",reason=\"{reason}\"}}")),
             "{reason}: {metrics}"
         );
+    }
+}
+
+/// An open-loop flood made every request slow (p99 of 19-31 s) instead of
+/// refusing what the service could not take. Now past `--max-in-flight` a
+/// request is answered 503 `overloaded` with `Retry-After` at once, the probes
+/// and /metrics are still answered, and places free up as requests finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_in_flight_limit_are_shed_and_probes_are_not() {
+    let s = start(&["--max-in-flight", "2", "--request-timeout-secs", "300"], true, None).await;
+    let http = reqwest::Client::new();
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(http.get(s.url("/slow?ms=120000")).send())).collect();
+    let in_flight = |metrics: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with("http_requests_in_flight{service=\"items\"}"))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_owned())
+    };
+    // Wait (as long as a slow machine needs) until both hold their places.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = http.get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+        if in_flight(&metrics).as_deref() == Some("2") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the two slow requests never got in flight: {:?}", in_flight(&metrics));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = std::time::Instant::now();
+    let (status, body, headers) = problem(http.get(s.url("/slow?ms=1")).send().await.expect("send")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["type"], "urn:revstore:problem:overloaded", "{body}");
+    assert_eq!(headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    // Refused, not queued behind the two-minute requests.
+    assert!(asked.elapsed() < Duration::from_secs(30), "{:?}", asked.elapsed());
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(http.get(s.url(probe)).send().await.expect("send").status(), 200, "{probe} is never shed");
+    }
+    let metrics = http.get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("http_requests_shed_total{service=\"items\"} 1"), "{metrics}");
+    // The held requests' clients give up: their places are given back.
+    for h in held {
+        h.abort();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = http.get(s.url("/slow?ms=1")).send().await.expect("send");
+        if answer.status() == 200 {
+            break;
+        }
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(std::time::Instant::now() < deadline, "places were never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

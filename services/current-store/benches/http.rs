@@ -5,6 +5,7 @@
 //! cargo bench -p revstore-current-store --bench http -- [--engine embedded|cassandra] [--rate R[,R...]]
 //!     [--write-rate W[,W...]] [--only reads|writes] [--seconds N] [--pages N] [--html-bytes MIN-MAX] [--binary PATH]
 //!     [--service-log LEVEL [--access-log-every N]] [--settle-secs N]
+//!     [--overload R[,R...]] [--overload-writes W[,W...]] [--max-in-flight N]
 //! ```
 //! It starts the real `revstore-current-store` binary as a separate process
 //! (or `--binary`, e.g. an older build, to compare two side by side),
@@ -19,7 +20,14 @@
 //! 5. writes at fixed rates (`--write-rate`, open loop like 1.), half new revisions
 //!    and half re-renders of a page's latest revision, spread over all pages.
 //!
-//! `--only writes` runs 5. alone (`--only reads`: 1. to 3.).
+//! 6. overload (`--overload`, `--overload-writes`): reads or writes offered
+//!    open loop well past saturation, each answer classed as a success, shed
+//!    (503 `overloaded`) or another failure (connection errors, timeouts),
+//!    with the p99 of every answer and the service's peak RSS. `--max-in-flight`
+//!    passes the service's limit (a huge one turns shedding off, to compare);
+//!    `--client-connections N` holds the clients to N connections.
+//!
+//! `--only writes` runs 5. alone (`--only reads`: 1. to 3.), `--only overload` 6. alone.
 //!
 //! Cassandra uses `$REVSTORE_CASSANDRA` (default 127.0.0.1:9042).
 
@@ -109,6 +117,118 @@ fn body(html: &str, n: u64) -> RenderBody {
 
 struct Service(Child);
 
+/// How an answer under overload ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Success,
+    Shed,
+    Failed,
+}
+
+fn classify(result: Result<reqwest::Response, reqwest::Error>, success: u16) -> Answer {
+    match result {
+        Ok(r) if r.status().as_u16() == success => Answer::Success,
+        Ok(r) if r.status() == 503 => Answer::Shed,
+        other => {
+            let why = match &other {
+                Ok(r) => format!("status {}", r.status()),
+                Err(e) if e.is_timeout() => "timeout".to_owned(),
+                Err(e) => {
+                    // The innermost cause names it (refused, reset, too many open files).
+                    let mut cause: &dyn std::error::Error = e;
+                    while let Some(inner) = cause.source() {
+                        cause = inner;
+                    }
+                    let kind = if e.is_connect() { "connect" } else { "request" };
+                    format!("{kind}: {cause}").chars().take(100).collect()
+                }
+            };
+            FAILURES.lock().expect("failures").entry(why).and_modify(|n| *n += 1).or_insert(1);
+            Answer::Failed
+        }
+    }
+}
+
+/// Failures under overload by kind, printed with the results.
+static FAILURES: std::sync::Mutex<std::collections::BTreeMap<String, usize>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// [`open_loop`] with every answer classed; latencies of all answers and of
+/// the successes, and the largest RSS of `pid` seen meanwhile.
+async fn open_loop_classified<F, Fut>(rate: u64, seconds: u64, pid: u32, op: F) -> (OpenLoop, [usize; 3], Vec<Duration>, u64)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Answer> + Send + 'static,
+{
+    let answers = Arc::new(std::sync::Mutex::new(Vec::with_capacity((rate * seconds) as usize)));
+    let peak_rss = Arc::new(AtomicU64::new(0));
+    let sampler = tokio::spawn({
+        let peak_rss = peak_rss.clone();
+        async move {
+            loop {
+                if let Some(kb) = rss_kib(pid) {
+                    peak_rss.fetch_max(kb, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let op = Arc::new(op);
+    // `--client-connections N`: the clients hold at most N requests (so N
+    // connections) at once, as a fleet of pooled clients or a proxy would;
+    // the rest wait on the client side, and their wait counts in the latency.
+    let (service_cpu, generator_cpu) = (cpu_seconds(&pid.to_string()), cpu_seconds("self"));
+    let connections = arg("--client-connections").map(|n| Arc::new(tokio::sync::Semaphore::new(n.parse().expect("--client-connections"))));
+    let run = open_loop(rate, seconds, {
+        let answers = answers.clone();
+        move |i| {
+            let (op, answers, connections) = (op.clone(), answers.clone(), connections.clone());
+            async move {
+                let started = Instant::now();
+                let _connection = match &connections {
+                    Some(c) => Some(c.clone().acquire_owned().await.expect("semaphore")),
+                    None => None,
+                };
+                let answer = op(i).await;
+                answers.lock().expect("answers").push((answer, started.elapsed()));
+                answer == Answer::Success
+            }
+        }
+    })
+    .await;
+    sampler.abort();
+    println!(
+        "cpu over the run at {rate}/s: service {:.1} s, load generator {:.1} s",
+        cpu_seconds(&pid.to_string()) - service_cpu,
+        cpu_seconds("self") - generator_cpu
+    );
+    let answers = answers.lock().expect("answers");
+    let mut counts = [0usize; 3];
+    let mut successes = Vec::new();
+    for (answer, latency) in answers.iter() {
+        counts[*answer as usize] += 1;
+        if *answer == Answer::Success {
+            successes.push(*latency);
+        }
+    }
+    successes.sort();
+    (run, counts, successes, peak_rss.load(Ordering::Relaxed))
+}
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces), from the 3rd: utime is the 14th field, stime the 15th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
 impl Drop for Service {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
@@ -152,6 +272,7 @@ async fn main() {
     ])
     // `--service-log info` (with `--access-log-every N`) measures what logging
     // costs: the service's log goes to a file, as in a pod.
+    .args(arg("--max-in-flight").map(|n| vec!["--max-in-flight".to_owned(), n]).unwrap_or_default())
     .env("RUST_LOG", arg("--service-log").unwrap_or_else(|| "warn".into()))
     .env("REVSTORE_ACCESS_LOG_EVERY", arg("--access-log-every").unwrap_or_else(|| "100".into()))
     .stdout(Stdio::null())
@@ -193,7 +314,10 @@ async fn main() {
     let mut rows = Vec::new();
 
     let only = arg("--only");
-    let (measure_reads, measure_writes) = (only.as_deref() != Some("writes"), only.as_deref() != Some("reads"));
+    let (measure_reads, measure_writes) = match only.as_deref() {
+        Some("overload") => (false, false),
+        only => (only != Some("writes"), only != Some("reads")),
+    };
 
     // 1. Fixed rates.
     for rate in rates("--rate", "1000").into_iter().filter(|_| measure_reads) {
@@ -253,6 +377,80 @@ async fn main() {
             percentile(&run.latencies, 0.99),
             if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() }
         ));
+    }
+
+    // 6. Overload: reads, then writes, past saturation, every answer classed.
+    let overload_http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(30)).build().expect("client");
+    let pid = service.0.id();
+    let mut overload_rows = Vec::new();
+    let overload_row = |what: String, rate: u64, run: &OpenLoop, counts: [usize; 3], successes: &[Duration], rss: u64| {
+        format!(
+            "| {engine} | {what} | {rate} | {} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} |",
+            run.latencies.len(),
+            // Over the whole run, until the last answer came.
+            run.achieved * counts[Answer::Success as usize] as f64 / run.latencies.len().max(1) as f64,
+            counts[Answer::Shed as usize],
+            counts[Answer::Failed as usize],
+            percentile(&run.latencies, 0.99),
+            percentile(successes, 0.99),
+            rss as f64 / 1024.0
+        )
+    };
+    for rate in arg("--overload").map(|_| rates("--overload", "")).unwrap_or_default() {
+        let (run, counts, successes, rss) = open_loop_classified(rate, seconds, pid, {
+            let (http, base, titles) = (overload_http.clone(), base.clone(), titles.clone());
+            move |i| {
+                let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
+                async move {
+                    let t = &titles[(i as usize * 7919) % titles.len()];
+                    match http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await {
+                        Ok(r) if r.status() == 200 => {
+                            if r.bytes().await.is_ok() {
+                                Answer::Success
+                            } else {
+                                FAILURES.lock().expect("failures").entry("body".into()).and_modify(|n| *n += 1).or_insert(1);
+                                Answer::Failed
+                            }
+                        }
+                        other => classify(other, 200),
+                    }
+                }
+            }
+        })
+        .await;
+        overload_rows.push(overload_row("read latest HTML".into(), rate, &run, counts, &successes, rss));
+    }
+    let overload_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(500_000)).collect());
+    for rate in arg("--overload-writes").map(|_| rates("--overload-writes", "")).unwrap_or_default() {
+        let (run, counts, successes, rss) = open_loop_classified(rate, seconds, pid, {
+            let (http, base, titles, html, revs) =
+                (overload_http.clone(), base.clone(), titles.clone(), Arc::new(html.clone()), overload_revs.clone());
+            move |i| {
+                let (http, base, titles, html, revs) = (http.clone(), base.clone(), titles.clone(), html.clone(), revs.clone());
+                async move {
+                    let p = (i as usize * 7919) % titles.len();
+                    let rev = if i % 2 == 0 { revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { revs[p].load(Ordering::SeqCst) };
+                    let sent = http
+                        .put(format!("{base}/en.wikipedia.org/v1/page/{}/{rev}/{}", titles[p], Tid::now()))
+                        .bearer_auth(TOKEN)
+                        .json(&body(&html[i as usize % html.len()], rev))
+                        .send()
+                        .await;
+                    classify(sent, 201)
+                }
+            }
+        })
+        .await;
+        overload_rows.push(overload_row("write renders (1/2 new revisions)".into(), rate, &run, counts, &successes, rss));
+    }
+
+    if !overload_rows.is_empty() {
+        // What the service says it did with the connections and the excess.
+        let metrics = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("text");
+        for line in metrics.lines().filter(|l| l.starts_with("http_connections_closed_total") || l.starts_with("http_requests_shed_total"))
+        {
+            println!("service: {line}");
+        }
     }
 
     // 2. Saturation over HTTP.
@@ -364,6 +562,20 @@ async fn main() {
     }
     if measure_reads {
         println!("\nHTTP reads at saturation / in-process Store reads: {:.2}", http_ops / direct_ops);
+    }
+    if !overload_rows.is_empty() {
+        println!(
+            "\nmax in flight: {}, client connections: {}",
+            arg("--max-in-flight").unwrap_or_else(|| "default".into()),
+            arg("--client-connections").unwrap_or_else(|| "unbounded".into())
+        );
+        println!("failures by kind: {:?}", FAILURES.lock().expect("failures"));
+        println!(
+            "| engine | overload | offered/s | answers | succeeded/s | shed | failed | p99 all ms | p99 successes ms | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in overload_rows {
+            println!("{r}");
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //! - **transient** (no answer, 5xx, 408, 429, and 401/403, which say the
 //!   sender's token is wrong rather than the row): the shard stops for the
 //!   round, keeping its order, and the worker pauses before the next round,
-//!   longer after each failed round, up to a minute;
+//!   longer after each failed round, up to a minute, and at least as long as
+//!   a receiver's `Retry-After` asked (an overloaded old-store sheds with 503
+//!   and `Retry-After`; coming back sooner would only be shed again);
 //! - **permanent** (any other 4xx, a path no client may send, a row that
 //!   cannot be read): retrying cannot change the answer, so the row is moved
 //!   to `outbox_dead_letters` in one atomic batch, counted in
@@ -47,8 +49,8 @@ const ROW_COLUMNS: [&str; 7] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, co
 /// Why a delivery failed, and so what happens to the row.
 #[derive(Debug)]
 enum Failure {
-    /// Try again later, in order.
-    Transient(String),
+    /// Try again later, in order; not before `retry_after` when the receiver said so.
+    Transient { reason: String, retry_after: Option<Duration> },
     /// The receiver (or the row itself) rules out success: move the row aside.
     Permanent { status: Option<u16>, reason: String },
 }
@@ -60,7 +62,7 @@ impl Failure {
                 Failure::Permanent { status: Some(status.as_u16()), reason: error.to_string() }
             }
             ClientError::DotSegment { .. } | ClientError::Config(_) => Failure::Permanent { status: None, reason: error.to_string() },
-            _ => Failure::Transient(error.to_string()),
+            _ => Failure::Transient { reason: error.to_string(), retry_after: error.retry_after() },
         }
     }
 
@@ -72,6 +74,23 @@ impl Failure {
 /// 4xx answers that a later attempt may turn into a success.
 fn is_retryable_client_error(status: StatusCode) -> bool {
     matches!(status, StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+}
+
+/// The longest `Retry-After` the worker honours (a receiver's answer is not
+/// allowed to stop delivery for longer).
+const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A shard's round stopped at a row that could not be delivered now.
+#[derive(Debug)]
+struct ShardFailure {
+    reason: String,
+    retry_after: Option<Duration>,
+}
+
+impl From<StoreError> for ShardFailure {
+    fn from(e: StoreError) -> Self {
+        ShardFailure { reason: e.to_string(), retry_after: None }
+    }
 }
 
 /// How long the worker waits before looking at an outbox it found empty.
@@ -99,21 +118,32 @@ impl Worker for Delivery {
     /// Busy while a shard gave a full batch (more is waiting); a round in
     /// which a shard failed fails (the others were still delivered), so the
     /// runner pauses before the next.
-    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+    async fn work(&mut self, stop: &CancellationToken) -> Result<WorkerState, BoxError> {
         let mut failed = Vec::new();
         let mut delivered = 0usize;
         let mut full_batch = false;
+        let mut asked_to_wait = None;
         for shard in 0..crate::pages::OUTBOX_SHARDS {
             match deliver_shard(&self.store, &self.receivers, shard).await {
                 Ok(round) => {
                     delivered += round.delivered;
                     full_batch |= round.read == BATCH as usize && round.delivered > 0;
                 }
-                Err(e) => failed.push(format!("shard {shard}: {e}")),
+                Err(ShardFailure { reason, retry_after }) => {
+                    failed.push(format!("shard {shard}: {reason}"));
+                    asked_to_wait = asked_to_wait.max(retry_after);
+                }
             }
         }
         if delivered > 0 {
             tracing::info!(service = "current-store", delivered, "outbox delivered");
+        }
+        if let Some(wait) = asked_to_wait {
+            // The runner's own pause follows; together at least what was asked.
+            tokio::select! {
+                () = tokio::time::sleep(wait.min(LONGEST_RETRY_AFTER)) => {}
+                () = stop.cancelled() => {}
+            }
         }
         if let Some(first) = failed.first() {
             return Err(format!("outbox delivery failed in {} shards ({first})", failed.len()).into());
@@ -132,8 +162,8 @@ struct Round {
     delivered: usize,
 }
 
-async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Result<Round, String> {
-    let rows = store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard)]).limit(BATCH)).await.map_err(|e| e.to_string())?.rows;
+async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Result<Round, ShardFailure> {
+    let rows = store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard)]).limit(BATCH)).await?.rows;
     let read = rows.len();
     let mut delivered = 0;
     for row in rows {
@@ -146,18 +176,18 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Resu
         }
         match send(receivers, &row).instrument(span).await {
             Ok(true) => {
-                store.write(Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)])).await.map_err(|e| e.to_string())?;
+                store.write(Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)])).await?;
                 delivered += 1;
             }
             // No receiver configured for this kind: keep the row for when there is one.
             Ok(false) => {}
             Err(Failure::Permanent { status, reason }) => {
-                move_aside(store, shard, id, &row, status, &reason).await.map_err(|e| e.to_string())?;
+                move_aside(store, shard, id, &row, status, &reason).await?;
             }
-            Err(Failure::Transient(e)) => {
+            Err(Failure::Transient { reason, retry_after }) => {
                 let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
                 let _ = store.write(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]).set(col::ATTEMPTS, attempts)).await;
-                return Err(e);
+                return Err(ShardFailure { reason, retry_after });
             }
         }
     }
@@ -395,12 +425,25 @@ mod tests {
             assert!(matches!(Failure::of(status(code)), Failure::Permanent { status: Some(c), .. } if c == code), "{code}");
         }
         for code in [401, 403, 408, 429, 500, 502, 503, 504] {
-            assert!(matches!(Failure::of(status(code)), Failure::Transient(_)), "{code}");
+            assert!(matches!(Failure::of(status(code)), Failure::Transient { .. }), "{code}");
         }
         let transport = ClientError::Transport { method: http::Method::PUT, url: "http://x/".into(), reason: "refused".into() };
-        assert!(matches!(Failure::of(transport), Failure::Transient(_)));
+        assert!(matches!(Failure::of(transport), Failure::Transient { .. }));
         let dots = ClientError::DotSegment { method: http::Method::PUT, path: "/d/v1/archive/../1".into() };
         assert!(matches!(Failure::of(dots), Failure::Permanent { status: None, .. }));
+    }
+
+    #[test]
+    fn a_receivers_retry_after_is_kept_for_the_pause() {
+        let shed = ClientError::Status {
+            method: http::Method::PUT,
+            url: "http://x/".into(),
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            problem: None,
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert!(matches!(Failure::of(shed), Failure::Transient { retry_after: Some(d), .. } if d == Duration::from_secs(7)));
+        assert!(matches!(Failure::of(status(503)), Failure::Transient { retry_after: None, .. }));
     }
 
     #[test]
