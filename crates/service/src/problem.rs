@@ -46,6 +46,9 @@ pub struct ApiError {
     retry_after: Option<u32>,
 }
 
+/// `Retry-After` of a 503 whose cause is a dependency (the storage, a peer).
+pub const DEPENDENCY_RETRY_AFTER_SECS: u32 = 2;
+
 /// The detail of every server error whose cause is only for the logs.
 const SEE_THE_LOGS: &str = "the request id leads to the details in the logs";
 
@@ -110,6 +113,9 @@ impl ApiError {
     pub fn dependency_unavailable(dependency: &str, cause: impl std::fmt::Display) -> Self {
         ApiError {
             cause: Some(cause.to_string()),
+            // A dependency's outage (a node restarting, quorum lost) lasts
+            // seconds at least: retrying sooner only adds load.
+            retry_after: Some(DEPENDENCY_RETRY_AFTER_SECS),
             ..Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

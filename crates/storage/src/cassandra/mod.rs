@@ -190,7 +190,8 @@ impl CassandraEngine {
         if let Some(p) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(cql) {
             return Ok(p.clone());
         }
-        let prepared = self.session.prepare(cql).await.map_err(prepare_error)?;
+        let mut prepared = self.session.prepare(cql).await.map_err(prepare_error)?;
+        prepared.set_is_idempotent(is_idempotent(cql));
         self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(cql.to_owned(), prepared.clone());
         Ok(prepared)
     }
@@ -220,6 +221,7 @@ impl CassandraEngine {
             batch.append_statement(self.prepare(&s.cql).await?);
             values.push(&s.values);
         }
+        batch.set_is_idempotent(statements.iter().all(|s| is_idempotent(&s.cql)));
         Ok(self.session.batch(&batch, values).await)
     }
 
@@ -518,6 +520,15 @@ impl CassandraEngine {
     }
 }
 
+/// Whether sending `cql` twice does what sending it once does, so the driver
+/// may try it on another node when a node fails mid-request (its default
+/// policy retries only such requests): reads, and writes with their own
+/// timestamp. A write without one takes the coordinator's clock, so a retry
+/// could land above a later write; a condition must never run twice.
+fn is_idempotent(cql: &str) -> bool {
+    cql.starts_with("SELECT") || (cql.contains("TIMESTAMP ?") && !cql.contains(" IF "))
+}
+
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_')) && s.len() <= 48
@@ -567,5 +578,23 @@ fn classify_attempt(e: &RequestAttemptError, message: String) -> StoreError {
         },
         RequestAttemptError::BrokenConnectionError(_) | RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(message),
         _ => StoreError::Internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::KV;
+    use crate::ops::Upsert;
+
+    #[test]
+    fn only_reads_and_writes_with_their_own_timestamp_may_be_retried_elsewhere() {
+        let timed = Upsert::new(&KV, [Value::from("k")]).set("v", "x").timestamp(42);
+        let untimed = Upsert::new(&KV, [Value::from("k")]).set("v", "x");
+        assert!(is_idempotent(&cql::insert("ks", &timed, false).cql));
+        assert!(!is_idempotent(&cql::insert("ks", &untimed, false).cql), "a retry would take a later coordinator timestamp");
+        assert!(!is_idempotent(&cql::insert("ks", &timed, true).cql), "a condition never runs twice");
+        assert!(!is_idempotent(&cql::conditional_update("ks", &timed, &[("v", Value::from("x"))]).cql));
+        assert!(is_idempotent(&cql::read_statics("ks", &KV, &[Value::from("k")], &[]).cql));
     }
 }
