@@ -110,10 +110,14 @@ impl fmt::Display for Title {
     }
 }
 
+/// The first letter upper-cased, composed again: some capitals have no
+/// precomposed form (U+1FD3 becomes Ι, U+0308, U+0301), and a title left
+/// decomposed would normalise differently the second time (the fuzzer found it).
 fn upper_first(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
+        Some(first) if first.is_ascii() => first.to_ascii_uppercase().to_string() + chars.as_str(),
+        Some(first) => first.to_uppercase().chain(chars).nfc().collect(),
         None => String::new(),
     }
 }
@@ -220,6 +224,13 @@ mod tests {
         assert_eq!(norm("Main\u{00A0}Page"), "Main_Page");
         assert_eq!(norm("\u{200E}Main Page\u{200F}"), "Main_Page");
         assert_eq!(Title::parse("Main Page", UPPER).unwrap().display_text(), "Main Page");
+    }
+
+    #[test]
+    fn a_capital_without_a_precomposed_form_normalises_once() {
+        let once = Title::parse("\u{1FD3}", TitleRules::default()).expect("title");
+        let twice = Title::parse(once.as_str(), TitleRules::default()).expect("title");
+        assert_eq!(once, twice);
     }
 
     #[test]
