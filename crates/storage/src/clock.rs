@@ -13,6 +13,14 @@ pub trait Clock: Send + Sync + Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
+/// `now`, or one past the last timestamp handed out if that is later; handed
+/// out. Write timestamps from one process never repeat or go back, as a
+/// Cassandra coordinator's own never do.
+pub(crate) fn next_timestamp(last: &AtomicI64, now: i64) -> i64 {
+    let previous = last.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| Some(now.max(l.saturating_add(1)))).unwrap_or(i64::MIN);
+    now.max(previous.saturating_add(1))
+}
+
 impl Clock for SystemClock {
     fn now_micros(&self) -> i64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)

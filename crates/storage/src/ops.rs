@@ -105,6 +105,23 @@ impl Write {
         }
     }
 
+    /// The write's own timestamp, if it has one.
+    pub fn timestamp(&self) -> Option<i64> {
+        match self {
+            Write::Upsert(u) => u.timestamp,
+            Write::Delete(d) => d.timestamp,
+        }
+    }
+
+    /// Gives the write `micros` as its timestamp unless it has one.
+    pub(crate) fn stamp_if_untimed(&mut self, micros: i64) {
+        let timestamp = match self {
+            Write::Upsert(u) => &mut u.timestamp,
+            Write::Delete(d) => &mut d.timestamp,
+        };
+        timestamp.get_or_insert(micros);
+    }
+
     /// The partition key values the write targets.
     pub fn partition(&self) -> &[Value] {
         match self {

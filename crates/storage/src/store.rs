@@ -45,8 +45,8 @@ pub trait Engine: Send + Sync + Debug {
 
     /// The engine's current time in microseconds: what its default write
     /// timestamps and TTLs count from (an injected clock in tests), for
-    /// callers that stamp writes themselves. The embedded engine answers a
-    /// time past every timestamp it handed out. A wrapper forwards it.
+    /// callers that stamp writes themselves. Both engines answer a time past
+    /// every timestamp they handed out. A wrapper forwards it.
     fn now_micros(&self) -> i64 {
         crate::clock::Clock::now_micros(&crate::clock::SystemClock)
     }

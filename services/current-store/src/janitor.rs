@@ -117,13 +117,14 @@ impl Retention {
                 data_parsoid: row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
                 section_offsets: row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
             };
-            let copy = self.pages.grace_copy_in([domain.clone(), title.clone()], id, &parts);
+            // Timestamped after the row's own write and its first grace copy
+            // (both at its render time), so the delete and this copy win over
+            // them whatever the clocks say.
+            let at = now.max(id.tid.unix_micros() + 1);
+            let copy = self.pages.grace_copy_in([domain.clone(), title.clone()], id, &parts, at);
             contents.push(copy.content);
             moves.push(copy.index);
-            // Timestamped after the row's own write (its render time), so the
-            // delete wins over it whatever the clocks say.
-            let delete =
-                Delete::row(&CURRENT, title_key.to_vec(), [Value::from(id.rev.as_i64())]).timestamp(now.max(id.tid.unix_micros() + 1));
+            let delete = Delete::row(&CURRENT, title_key.to_vec(), [Value::from(id.rev.as_i64())]).timestamp(at);
             moves.push(delete.into());
         }
         Ok(vec![contents, moves])

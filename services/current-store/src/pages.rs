@@ -248,7 +248,7 @@ impl Pages {
         let parts = StoredParts::encode(body);
         let ts = id.tid.unix_micros();
         let [d, t] = key(domain, title);
-        let copy = self.grace_copy(domain, title, id, &parts);
+        let copy = self.grace_copy(domain, title, id, &parts, ts);
         let mut durable_first: Vec<Write> = vec![copy.content];
         let mut becoming_visible: Vec<Write> = vec![copy.index];
         if becomes_latest {
@@ -268,7 +268,10 @@ impl Pages {
                     data_parsoid: old.row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
                     section_offsets: old.row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
                 };
-                let old_copy = self.grace_copy(domain, title, old.id, &old_parts);
+                // Timestamped after both renders' own writes, so this copy (and
+                // its fresh TTL) wins over the superseded render's first one
+                // whichever writer's clock is ahead.
+                let old_copy = self.grace_copy(domain, title, old.id, &old_parts, old.id.tid.unix_micros().max(ts) + 1);
                 durable_first.push(old_copy.content);
                 becoming_visible.push(old_copy.index);
                 if id.rev > old.id.rev {
@@ -304,12 +307,16 @@ impl Pages {
     /// A render's rows for the grace period, with the grace TTL from now: its
     /// content in `by_tid`, and its row in the `renders` index, which must be
     /// written after it (in a later stage, or the same transaction).
-    fn grace_copy(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts) -> GraceCopy {
-        self.grace_copy_in(key(domain, title), id, parts)
+    fn grace_copy(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts, timestamp: i64) -> GraceCopy {
+        self.grace_copy_in(key(domain, title), id, parts, timestamp)
     }
 
     /// [`Pages::grace_copy`] for a title given by its stored key (domain, title).
-    pub(crate) fn grace_copy_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts) -> GraceCopy {
+    /// A render is copied when it is stored (`timestamp`: its tid's time) and
+    /// again when superseded (after both renders' tids): the copies are
+    /// ordered by tids, never by the writers' clocks, so the later copy's TTL
+    /// (the grace period counted from the supersession) is the one kept.
+    pub(crate) fn grace_copy_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts, timestamp: i64) -> GraceCopy {
         let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
         GraceCopy {
             content: Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
@@ -317,8 +324,9 @@ impl Pages {
                 .set(col::DATA_PARSOID, parts.data_parsoid.clone())
                 .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
                 .ttl(grace)
+                .timestamp(timestamp)
                 .into(),
-            index: Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).into(),
+            index: Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).timestamp(timestamp).into(),
         }
     }
 
@@ -374,14 +382,20 @@ impl Pages {
     /// Removes all of a page's content held here.
     pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
         let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
+        let ids = grace.iter().map(render_id).collect::<Result<Vec<_>, _>>()?;
+        // After every write of what is held (a render's rows carry its tid's
+        // time, a copy one past it), even renders whose tid is ahead of this
+        // clock: the delete removes all of it.
+        let at = ids.iter().map(|id| id.tid.unix_micros() + 2).fold(self.store.now_micros(), i64::max);
         let [d, t] = key(domain, title);
-        let mut writes: Vec<Write> =
-            vec![Delete::partition(&CURRENT, [d.clone(), t.clone()]).into(), Delete::partition(&RENDERS, [d.clone(), t.clone()]).into()];
-        for row in &grace {
-            let id = render_id(row)?;
+        let mut writes: Vec<Write> = vec![
+            Delete::partition(&CURRENT, [d.clone(), t.clone()]).timestamp(at).into(),
+            Delete::partition(&RENDERS, [d.clone(), t.clone()]).timestamp(at).into(),
+        ];
+        for id in ids {
             let r = Value::from(id.rev.as_i64());
-            writes.push(Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).into());
-            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r, Value::from(id.tid)]).into());
+            writes.push(Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).timestamp(at).into());
+            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r, Value::from(id.tid)]).timestamp(at).into());
         }
         self.store.apply(writes).await?;
         Ok(())

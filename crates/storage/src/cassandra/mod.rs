@@ -15,6 +15,8 @@
 //!   since a bare partition delete would also remove the static cells;
 //! - `USING TIMESTAMP` cannot be combined with a condition, so conditional
 //!   writes take the server's (Paxos) timestamp, as on the embedded engine;
+//! - plain writes always carry a timestamp (this process's clock when the
+//!   caller gave none), so the driver may retry them on another node;
 //! - ScyllaDB keyspaces are created with tablets off (lightweight transactions).
 
 mod cas;
@@ -22,6 +24,7 @@ pub(crate) mod cql;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -118,6 +121,8 @@ pub struct CassandraEngine {
     /// Per table, the widest token slice a holdings scan got through (see
     /// [`Engine::holdings`] below); absent: the whole range.
     holdings_slices: Mutex<HashMap<&'static str, u64>>,
+    /// The last write timestamp this engine handed out (see [`Engine::apply`] below).
+    last_ts: AtomicI64,
 }
 
 /// The narrowest slice a holdings step narrows to: 1/65,536 of the ring.
@@ -171,6 +176,7 @@ impl CassandraEngine {
             },
             metrics_service: options.metrics_service,
             holdings_slices: Mutex::new(HashMap::new()),
+            last_ts: AtomicI64::new(i64::MIN),
         })
     }
 
@@ -413,7 +419,23 @@ impl Engine for CassandraEngine {
         Ok(())
     }
 
-    async fn apply(&self, writes: Vec<Write>) -> StoreResult<()> {
+    /// Writes without a timestamp of their own are stamped here, once, with
+    /// one timestamp for all of them (as a coordinator stamps a batch): the
+    /// statement then carries it, so the driver may resend it to another node
+    /// when the first fails mid-request without the copy landing later than
+    /// the original would have ([`is_idempotent`]). The clock is this
+    /// process's, the one the services check tids and skew against.
+    fn now_micros(&self) -> i64 {
+        crate::clock::next_timestamp(&self.last_ts, crate::clock::Clock::now_micros(&crate::clock::SystemClock))
+    }
+
+    async fn apply(&self, mut writes: Vec<Write>) -> StoreResult<()> {
+        if writes.iter().any(|w| w.timestamp().is_none()) {
+            let now = self.now_micros();
+            for w in &mut writes {
+                w.stamp_if_untimed(now);
+            }
+        }
         let statements: Vec<Statement> = writes.iter().map(|w| self.statement_for(w)).collect();
         if let [only] = statements.as_slice() {
             self.execute(only).await?;
@@ -523,8 +545,9 @@ impl CassandraEngine {
 /// Whether sending `cql` twice does what sending it once does, so the driver
 /// may try it on another node when a node fails mid-request (its default
 /// policy retries only such requests): reads, and writes with their own
-/// timestamp. A write without one takes the coordinator's clock, so a retry
-/// could land above a later write; a condition must never run twice.
+/// timestamp (every plain write: `apply` stamps those that come without). A
+/// write without one would take the coordinator's clock, so a retry could land
+/// above a later write; a condition must never run twice.
 fn is_idempotent(cql: &str) -> bool {
     cql.starts_with("SELECT") || (cql.contains("TIMESTAMP ?") && !cql.contains(" IF "))
 }

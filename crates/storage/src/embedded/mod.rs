@@ -252,7 +252,7 @@ impl Engine for EmbeddedEngine {
     /// write stamped before, even when the clock stands still (tests) or many
     /// writes share a microsecond.
     fn now_micros(&self) -> i64 {
-        writer::next_timestamp(&self.last_ts, self.options.clock.now_micros())
+        crate::clock::next_timestamp(&self.last_ts, self.options.clock.now_micros())
     }
 
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {

@@ -57,13 +57,6 @@ pub(crate) struct Writer {
     pub metrics_service: &'static str,
 }
 
-/// `now`, or one past the last timestamp handed out if that is later; handed out.
-pub(crate) fn next_timestamp(last: &std::sync::atomic::AtomicI64, now: i64) -> i64 {
-    use std::sync::atomic::Ordering;
-    let previous = last.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| Some(now.max(l.saturating_add(1)))).unwrap_or(i64::MIN);
-    now.max(previous.saturating_add(1))
-}
-
 impl Writer {
     pub fn run(mut self, jobs: Receiver<Job>) {
         let mut next_purge = self.purge_interval.map(|i| std::time::Instant::now() + i);
@@ -164,7 +157,7 @@ impl Writer {
 
     /// A write timestamp: the current time, but always after the last one given.
     fn next_ts(&mut self) -> i64 {
-        next_timestamp(&self.last_ts, self.now())
+        crate::clock::next_timestamp(&self.last_ts, self.now())
     }
 
     fn ensure(&mut self, tables: &[&'static TableDef]) -> StoreResult<()> {
