@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use revstore_keys::{FirstLetterCase, TitleRules};
 use revstore_schema::cql::Replication;
-use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
+use revstore_storage::{CassandraOptions, CassandraTls, EmbeddedOptions, StorageSettings};
 use scylla::frame::types::Consistency;
 
 use crate::access::Access;
@@ -81,6 +81,14 @@ pub struct StorageArgs {
     #[arg(long, alias = "password-file", env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
     pub cassandra_password_file: Option<PathBuf>,
 
+    /// PEM file of the CA the Cassandra nodes' certificates chain to; set = CQL over TLS.
+    #[arg(long, env = "REVSTORE_CASSANDRA_TLS_CA_FILE")]
+    pub cassandra_tls_ca_file: Option<PathBuf>,
+
+    /// With TLS: check that each node's certificate names the address connected to (an IP subjectAltName).
+    #[arg(long, env = "REVSTORE_CASSANDRA_TLS_VERIFY_NAME", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cassandra_tls_verify_name: bool,
+
     /// Seconds a storage request may take before it fails as unavailable.
     #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
     pub storage_timeout_secs: u64,
@@ -112,6 +120,12 @@ impl StorageArgs {
             (None, None) => None,
             _ => return Err(SettingsError("--cassandra-username and --cassandra-password-file go together".into())),
         };
+        if let Some(ca_file) = &self.cassandra_tls_ca_file {
+            let tls = CassandraTls { ca_file: ca_file.clone(), verify_name: self.cassandra_tls_verify_name };
+            // A CA file that cannot serve is a setting to fix (exit 64), not an outage to wait out.
+            tls.client_config().map_err(SettingsError)?;
+            options.tls = Some(tls);
+        }
         Ok(StorageSettings::Cassandra(options))
     }
 }

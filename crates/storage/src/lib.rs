@@ -32,7 +32,7 @@ pub mod store;
 pub mod testing;
 pub mod value;
 
-pub use cassandra::{CassandraEngine, CassandraOptions};
+pub use cassandra::{CassandraEngine, CassandraOptions, CassandraTls};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
 pub use error::{StoreError, StoreResult};

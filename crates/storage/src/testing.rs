@@ -39,6 +39,9 @@ impl TestKeyspace {
         if let Ok(replication) = std::env::var("REVSTORE_CASSANDRA_REPLICATION") {
             options.replication = replication.parse().unwrap_or_else(|e| panic!("REVSTORE_CASSANDRA_REPLICATION: {e}"));
         }
+        let access = TestAccess::from_env();
+        options.credentials = access.credentials;
+        options.tls = access.tls_ca_file.map(|ca_file| crate::CassandraTls { ca_file, verify_name: true });
         options
     }
 
@@ -65,6 +68,27 @@ impl Drop for TestKeyspace {
         // Never panic here: a panic while a failed test unwinds aborts the run.
         if let Ok(Err(e)) | Err(e) = dropped.map_err(|_| "the cleanup thread panicked".to_owned()) {
             eprintln!("could not drop the test keyspace {}: {e}", self.name);
+        }
+    }
+}
+
+/// How tests reach a Cassandra that wants TLS or a login, from the
+/// environment `scripts/test` sets for its TLS stage:
+/// `REVSTORE_TEST_CASSANDRA_TLS_CA` (the CA's PEM file) and
+/// `REVSTORE_TEST_CASSANDRA_USER` with `REVSTORE_TEST_CASSANDRA_PASSWORD`.
+#[derive(Debug, Clone, Default)]
+pub struct TestAccess {
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    pub credentials: Option<(String, String)>,
+}
+
+impl TestAccess {
+    pub fn from_env() -> TestAccess {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        TestAccess {
+            tls_ca_file: var("REVSTORE_TEST_CASSANDRA_TLS_CA").map(Into::into),
+            credentials: var("REVSTORE_TEST_CASSANDRA_USER")
+                .map(|user| (user, var("REVSTORE_TEST_CASSANDRA_PASSWORD").unwrap_or_default())),
         }
     }
 }

@@ -21,6 +21,9 @@
 
 mod cas;
 pub(crate) mod cql;
+mod tls;
+
+pub use tls::CassandraTls;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,6 +58,8 @@ pub struct CassandraOptions {
     /// Prefer nodes of this datacenter (with LOCAL_* consistency).
     pub datacenter: Option<String>,
     pub credentials: Option<(String, String)>,
+    /// CQL over TLS, the nodes checked against this CA; `None`: plain TCP.
+    pub tls: Option<CassandraTls>,
     /// Used when the keyspace has to be created.
     pub replication: Replication,
     pub consistency: Consistency,
@@ -73,6 +78,7 @@ impl std::fmt::Debug for CassandraOptions {
             .field("keyspace", &self.keyspace)
             .field("datacenter", &self.datacenter)
             .field("credentials", &self.credentials.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .field("tls", &self.tls)
             .field("replication", &self.replication)
             .field("consistency", &self.consistency)
             .field("serial_consistency", &self.serial_consistency)
@@ -88,6 +94,7 @@ impl CassandraOptions {
             keyspace: keyspace.into(),
             datacenter: None,
             credentials: None,
+            tls: None,
             replication: Replication::Simple { factor: 1 },
             consistency: Consistency::LocalQuorum,
             serial_consistency: SerialConsistency::LocalSerial,
@@ -154,6 +161,9 @@ impl CassandraEngine {
         }
         if let Some((user, password)) = &options.credentials {
             builder = builder.user(user, password);
+        }
+        if let Some(tls) = &options.tls {
+            builder = builder.tls_context(Some(tls.client_config().map_err(StoreError::invalid)?));
         }
         let session = builder.build().await.map_err(|e: NewSessionError| {
             StoreError::Unavailable(format!("cannot connect to Cassandra at {}: {e}", options.contact_points.join(",")))
