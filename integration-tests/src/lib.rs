@@ -64,6 +64,8 @@ pub struct ServiceProcess {
     /// `current-store`, `old-store` or `dependency-graph`.
     pub name: &'static str,
     pub port: u16,
+    /// The Cassandra keyspace it uses (none on the embedded engine).
+    pub keyspace: Option<String>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     log: PathBuf,
@@ -166,6 +168,23 @@ impl System {
         let token_file = dir.path().join("write-token");
         std::fs::write(&token_file, format!("{token}\n")).expect("token file");
         let mut keyspaces = Vec::new();
+        // A Cassandra that wants TLS or a login (scripts/test's TLS stage): the
+        // services are given them as an operator would.
+        let access = revstore_storage::testing::TestAccess::from_env();
+        let mut cassandra_access: Vec<String> = Vec::new();
+        if let Some(ca) = &access.tls_ca_file {
+            cassandra_access.extend(["--cassandra-tls-ca-file".into(), ca.display().to_string()]);
+        }
+        if let Some((user, password)) = &access.credentials {
+            let password_file = dir.path().join("cassandra-password");
+            std::fs::write(&password_file, password).expect("password file");
+            cassandra_access.extend([
+                "--cassandra-username".into(),
+                user.clone(),
+                "--cassandra-password-file".into(),
+                password_file.display().to_string(),
+            ]);
+        }
         let mut service = |name: &'static str, extra: Vec<String>| {
             let port = free_port();
             let mut args: Vec<String> = vec![
@@ -180,9 +199,12 @@ impl System {
                 "--shutdown-delay-secs".into(),
                 "0".into(),
             ];
+            let mut keyspace_name = None;
             if engine == Engine::Cassandra {
                 let keyspace = TestKeyspace::new(&format!("it_{}", name.replace('-', "_")));
                 args.extend(["--cassandra".into(), keyspace.node().to_owned(), "--keyspace".into(), keyspace.name().to_owned()]);
+                args.extend(cassandra_access.iter().cloned());
+                keyspace_name = Some(keyspace.name().to_owned());
                 keyspaces.push(keyspace);
             }
             args.extend(extra);
@@ -192,7 +214,7 @@ impl System {
                 // Spans leave within a fifth of a second instead of five.
                 env.push(("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()));
             }
-            ServiceProcess { name, port, args, env, log: dir.path().join(format!("{name}.log")), child: None }
+            ServiceProcess { name, port, keyspace: keyspace_name, args, env, log: dir.path().join(format!("{name}.log")), child: None }
         };
         let mut old = service("old-store", vec![]);
         let mut graph = service("dependency-graph", vec![]);
@@ -212,6 +234,33 @@ impl System {
         graph.start().await;
         current.start().await;
         System { engine, token, current, old, graph, http: reqwest::Client::new(), token_file, _keyspaces: keyspaces, dir }
+    }
+
+    /// Another current-store instance beside the first, sharing its storage
+    /// and peers (Cassandra: its keyspace), on a port and data directory of
+    /// its own, with `env` added to its environment (a clock offset, say);
+    /// not started.
+    pub fn another_current_store(&self, label: &str, env: &[(&str, &str)]) -> ServiceProcess {
+        let port = free_port();
+        let data_dir = self.dir.path().join(format!("current-store-{label}"));
+        let mut args = self.current.args.clone();
+        for (flag, value) in
+            [("--listen", SocketAddr::from(([127, 0, 0, 1], port)).to_string()), ("--data-dir", data_dir.display().to_string())]
+        {
+            let at = args.iter().position(|a| a == flag).expect("the first instance's flag") + 1;
+            args[at] = value;
+        }
+        let mut process_env = self.current.env.clone();
+        process_env.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        ServiceProcess {
+            name: "current-store",
+            port,
+            keyspace: self.current.keyspace.clone(),
+            args,
+            env: process_env,
+            log: self.dir.path().join(format!("current-store-{label}.log")),
+            child: None,
+        }
     }
 
     /// Runs the janitor binary to completion against the three services and

@@ -8,8 +8,15 @@
 //! Needs the cluster `deploy/cassandra/cassandra-cluster` runs (the test
 //! kills, stops and starts its nodes): `scripts/test` starts one and runs
 //! this with `REVSTORE_TEST_CASSANDRA` set to its contact points and
-//! `REVSTORE_CASSANDRA_REPLICATION=datacenter1:3` (not yet in CI: see issue 27's
-//! notes; the single-node stage skips `cluster_` tests).
+//! `REVSTORE_CASSANDRA_REPLICATION=datacenter1:3`, one test at a time (the
+//! single-node stage skips `cluster_` tests). By hand, on a cluster started
+//! with `deploy/cassandra/cassandra-cluster start`:
+//!
+//! ```text
+//! REVSTORE_TEST_CASSANDRA=$(deploy/cassandra/cassandra-cluster contact-points) \
+//!   REVSTORE_CASSANDRA_REPLICATION=datacenter1:3 \
+//!   cargo test -p revstore-integration-tests --test cluster -- --ignored --test-threads 1
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +40,14 @@ fn node(i: u8, action: &str) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cassandra/cassandra-cluster");
     let status = Command::new(&script).args(["node", &i.to_string(), action]).status().expect("run cassandra-cluster");
     assert!(status.success(), "cassandra-cluster node {i} {action} failed");
+}
+
+/// `nodetool ARGS` on node `i`; its output.
+fn nodetool(i: u8, args: &[&str]) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cassandra/cassandra-cluster");
+    let out = Command::new(&script).args(["node", &i.to_string(), "nodetool"]).args(args).output().expect("run cassandra-cluster");
+    assert!(out.status.success(), "nodetool {args:?} on node {i} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Waits until every node is up and normal, as the nodes see it.
@@ -293,6 +308,66 @@ async fn cluster_node_loss_loses_no_acknowledged_write_and_quorum_loss_fails_fas
     node(1, "start");
     all_nodes_up().await;
 
+    // A node returning with stale data: node 3 misses writes (stopped, and no
+    // hints kept for it), comes back, and forms the quorum with node 2 while
+    // node 1, which has them, is down. LOCAL_QUORUM reads must still serve
+    // every acknowledged render: the coordinator takes the newest of the two
+    // replicas' answers (and repairs node 3's copy as it reads).
+    for i in [1, 2] {
+        nodetool(i, &["disablehandoff"]);
+    }
+    node(3, "stop");
+    let before = load.record.lock().expect("record").renders.len();
+    for round in 0..3 {
+        for i in 0..TITLES {
+            load.write_render(i, round != 1).await;
+        }
+    }
+    let missed: Vec<Acked> = {
+        let record = load.record.lock().expect("record");
+        assert!(record.failures.is_empty(), "writes with node 3 down: {:?}", record.failures);
+        record.renders[before..].to_vec()
+    };
+    node(3, "start");
+    all_nodes_up().await;
+    for i in [1, 2] {
+        nodetool(i, &["enablehandoff"]);
+    }
+    node(1, "stop");
+    for a in &missed {
+        let url = system.current.url(&format!("/{DOMAIN}/v1/page/html/{}/{}/{}", a.title, a.rev, a.tid));
+        let answer = http.get(&url).send().await.expect("read back");
+        assert_eq!(
+            answer.status(),
+            200,
+            "render {}/{}/{}, written while node 3 was down, not served by nodes 2 and 3",
+            a.title,
+            a.rev,
+            a.tid
+        );
+        assert_eq!(answer.text().await.expect("body"), a.html);
+    }
+    let renders: Vec<Acked> = load.record.lock().expect("record").renders.clone();
+    for i in 0..TITLES {
+        let title = Load::title(i);
+        let best = renders.iter().filter(|a| a.title == title).max_by_key(|a| (a.rev, uuid_time(&a.tid))).expect("a render");
+        let latest = http.get(system.current.url(&format!("/{DOMAIN}/v1/page/html/{title}"))).send().await.expect("latest");
+        assert_eq!(latest.text().await.expect("body"), best.html, "node 3 came back stale and {title}'s latest went back in time");
+    }
+    node(1, "start");
+    all_nodes_up().await;
+    // What an operator runs after a node was down past the hint window
+    // (docs/OPERATIONS.md): a repair of the node's ranges, here timed.
+    let repair_started = Instant::now();
+    for keyspace in [&system.current.keyspace, &system.old.keyspace, &system.graph.keyspace] {
+        nodetool(3, &["repair", "--full", keyspace.as_deref().expect("a Cassandra keyspace")]);
+    }
+    eprintln!(
+        "stale node: {} renders written while node 3 was down, all served by nodes 2 and 3; repair of node 3's three keyspaces took {:?}",
+        missed.len(),
+        repair_started.elapsed()
+    );
+
     // Two nodes down: quorum lost. Writes and reads fail fast with 503 and
     // Retry-After, readiness says so, and nothing half-written shows later.
     node(2, "kill");
@@ -365,4 +440,274 @@ fn uuid_time(tid: &str) -> u64 {
     let hex: String = tid.chars().filter(|c| *c != '-').collect();
     let (low, mid, high) = (&hex[0..8], &hex[8..12], &hex[13..16]);
     u64::from_str_radix(&format!("{high}{mid}{low}"), 16).unwrap_or(0)
+}
+
+/// A preload library that shifts what a process reads as the time of day
+/// (`clock_gettime` on the realtime clocks, which `SystemTime::now` uses) by
+/// `REVSTORE_TEST_CLOCK_OFFSET_MS`; the monotonic clock, which timers use,
+/// stays true. Built here with the C compiler: libfaketime, which does this
+/// too, crashes on start in a process whose `malloc` is mimalloc (its
+/// constructor's failed `dlsym` frees glibc's error string through mimalloc).
+const CLOCK_SHIFT_C: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <time.h>
+
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+static long long offset_ns;
+
+__attribute__((constructor)) static void init(void) {
+    real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
+    const char *ms = getenv("REVSTORE_TEST_CLOCK_OFFSET_MS");
+    offset_ns = ms ? atoll(ms) * 1000000LL : 0;
+}
+
+int clock_gettime(clockid_t clock, struct timespec *ts) {
+    int r = real_clock_gettime(clock, ts);
+    if (r == 0 && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE)) {
+        long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns;
+        ts->tv_sec = ns / 1000000000LL;
+        ts->tv_nsec = ns % 1000000000LL;
+    }
+    return r;
+}
+"#;
+
+/// Builds the clock-shifting library into `dir`; its path.
+fn clock_shift_library(dir: &std::path::Path) -> PathBuf {
+    let source = dir.join("clock_shift.c");
+    let library = dir.join("libclock_shift.so");
+    std::fs::write(&source, CLOCK_SHIFT_C).expect("write the shim's source");
+    let built = Command::new("cc").args(["-shared", "-fPIC", "-O2", "-o"]).arg(&library).arg(&source).arg("-ldl").output().expect("run cc");
+    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
+    library
+}
+
+/// How far the two skewed writers' clocks are from the true time, each way.
+const SKEW_SECS: i64 = 3;
+const SKEW_TITLES: usize = 6;
+const SKEW_WRITES_PER_TITLE: usize = 12;
+/// The grace TTL of the skew test: far longer than the test, so every render stays.
+const SKEW_GRACE_SECS: u64 = 3600;
+
+/// One write of the skew test.
+#[derive(Debug, Clone)]
+struct SkewWrite {
+    rev: u64,
+    tid: revstore_keys::Tid,
+    html: String,
+    /// Which writer: its clock's offset from the true time, in seconds.
+    offset: i64,
+    sent: std::time::SystemTime,
+}
+
+/// A small deterministic generator, seeded per run (printed, to replay one).
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The time a service's clock reads, from its `Date` header (whole seconds).
+async fn service_clock(http: &reqwest::Client, url: &str) -> i64 {
+    let answer = http.get(url).send().await.expect("healthz");
+    let date = answer.headers().get("date").and_then(|d| d.to_str().ok()).expect("a Date header").to_owned();
+    httpdate_secs(&date)
+}
+
+/// Seconds since the epoch of an IMF-fixdate (`Tue, 01 Dec 2026 10:00:00 GMT`).
+fn httpdate_secs(date: &str) -> i64 {
+    let parts: Vec<&str> = date.split_whitespace().collect();
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let (day, month, year): (i64, i64, i64) = (
+        parts[1].parse().expect("day"),
+        months.iter().position(|m| *m == parts[2]).expect("month") as i64 + 1,
+        parts[3].parse().expect("year"),
+    );
+    let hms: Vec<i64> = parts[4].split(':').map(|p| p.parse().expect("time")).collect();
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the three-node cluster and a C compiler: scripts/test runs it in the cluster stage"]
+async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a_grace_period_short() {
+    use std::time::SystemTime;
+    assert_eq!(
+        std::env::var("REVSTORE_CASSANDRA_REPLICATION").as_deref(),
+        Ok("datacenter1:3"),
+        "run on the three-node cluster with replication 3 (see scripts/test)"
+    );
+    let system = System::start(Engine::Cassandra, Options { grace_ttl_secs: SKEW_GRACE_SECS, ..Options::default() }).await;
+    // Three current-store instances on one keyspace: the true time, one clock
+    // SKEW_SECS behind, one ahead. Each client renders with its instance's
+    // clock, as a renderer beside it would. The driver spreads each
+    // instance's requests over the replicas, so writes of one page meet
+    // different coordinators too.
+    let shift = clock_shift_library(system.dir());
+    let shift = shift.to_str().expect("a UTF-8 path");
+    let (behind_ms, ahead_ms) = ((-SKEW_SECS * 1000).to_string(), (SKEW_SECS * 1000).to_string());
+    let mut behind = system.another_current_store("behind", &[("LD_PRELOAD", shift), ("REVSTORE_TEST_CLOCK_OFFSET_MS", &behind_ms)]);
+    let mut ahead = system.another_current_store("ahead", &[("LD_PRELOAD", shift), ("REVSTORE_TEST_CLOCK_OFFSET_MS", &ahead_ms)]);
+    behind.start().await;
+    ahead.start().await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+    let spread = service_clock(&http, &ahead.url("/healthz")).await - service_clock(&http, &behind.url("/healthz")).await;
+    assert!(
+        spread >= 2 * SKEW_SECS - 1,
+        "the instances' clocks are {spread} s apart, not {}: is the clock shift in effect?",
+        2 * SKEW_SECS
+    );
+    let writers: Vec<(i64, String)> = vec![(0, system.current.url("")), (-SKEW_SECS, behind.url("")), (SKEW_SECS, ahead.url(""))];
+
+    let seed = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("time").as_nanos() as u64 | 1;
+    eprintln!("skew test seed {seed}");
+    // A tid generator per writer: each hands out increasing tids on its own clock.
+    let tids: Arc<Vec<TidGenerator>> = Arc::new(writers.iter().map(|_| TidGenerator::new()).collect());
+    // One task per title, its writes in sequence (so which write superseded
+    // which is known), the titles concurrently.
+    let tasks: Vec<_> = (0..SKEW_TITLES)
+        .map(|t| {
+            let (http, writers, token, tids) = (http.clone(), writers.clone(), system.token.clone(), tids.clone());
+            tokio::spawn(async move {
+                let mut random = XorShift(seed.wrapping_mul(t as u64 + 1) | 1);
+                let title = format!("Skew_page_{t}");
+                let mut writes: Vec<SkewWrite> = Vec::new();
+                for _ in 0..SKEW_WRITES_PER_TITLE {
+                    let writer = random.below(writers.len() as u64) as usize;
+                    let (offset, base) = &writers[writer];
+                    let top = writes.iter().map(|w| w.rev).max().unwrap_or(0);
+                    let rev = match random.below(3) {
+                        // A new revision, a re-render of the newest one, a re-render of an older one.
+                        _ if top == 0 => 1,
+                        0 => top + 1,
+                        1 => top,
+                        _ => 1 + random.below(top),
+                    };
+                    let sent = SystemTime::now();
+                    let clock = if *offset >= 0 {
+                        sent + Duration::from_secs(*offset as u64)
+                    } else {
+                        sent - Duration::from_secs(offset.unsigned_abs())
+                    };
+                    let tid = tids[writer].next_at(clock);
+                    let html = format!("<p>{title} revision {rev} render {tid} by the writer at {offset:+} s</p>");
+                    let answer = http
+                        .put(format!("{base}/{DOMAIN}/v1/page/{title}/{rev}/{tid}"))
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(render(&html))
+                        .send()
+                        .await
+                        .expect("an answer");
+                    assert!(answer.status().is_success(), "PUT {title}/{rev}/{tid}: {}", answer.status());
+                    writes.push(SkewWrite { rev, tid, html, offset: *offset, sent });
+                    // Gaps up to 5 s: shorter than the writers' 6 s spread, so
+                    // a write's clock can read earlier than the one before it.
+                    tokio::time::sleep(Duration::from_millis(random.below(5000))).await;
+                }
+                (title, writes)
+            })
+        })
+        .collect();
+    let mut pages = Vec::new();
+    for task in tasks {
+        pages.push(task.await.expect("a writer"));
+    }
+
+    // The storage as it is: each by_tid row's remaining TTL, read directly.
+    let contact_points = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
+    let keyspace = system.current.keyspace.clone().expect("current-store's keyspace");
+    let engine = revstore_storage::CassandraEngine::connect(revstore_storage::CassandraOptions::new(
+        contact_points.split(',').map(str::trim),
+        keyspace.clone(),
+    ))
+    .await
+    .expect("a session");
+    use revstore_schema::tables::current_store::{BY_TID, col};
+    let ttl_query = format!(
+        "SELECT TTL({}) FROM {keyspace}.{} WHERE {} = ? AND {} = ? AND {} = ? AND {} = ?",
+        col::HTML,
+        BY_TID.name,
+        col::DOMAIN,
+        col::TITLE,
+        col::REV,
+        col::TID
+    );
+
+    let mut checked = (0, 0);
+    for (title, writes) in &pages {
+        // Precedence, through every instance: the highest revision's newest render.
+        let best = writes.iter().max_by(|a, b| (a.rev, a.tid).cmp(&(b.rev, b.tid))).expect("writes");
+        for (offset, base) in &writers {
+            let latest = http.get(format!("{base}/{DOMAIN}/v1/page/html/{title}")).send().await.expect("latest");
+            assert_eq!(
+                latest.text().await.expect("body"),
+                best.html,
+                "{title}'s latest through the writer at {offset:+} s; writes: {writes:#?}"
+            );
+        }
+        // Each revision's latest render, and every render by its tid.
+        for w in writes {
+            let newest = writes.iter().filter(|o| o.rev == w.rev).max_by_key(|o| o.tid).expect("itself");
+            let of_rev = http.get(system.current.url(&format!("/{DOMAIN}/v1/page/html/{title}/{}", w.rev))).send().await.expect("rev");
+            assert_eq!(of_rev.text().await.expect("body"), newest.html, "{title}/{}'s latest render", w.rev);
+            let by_tid =
+                http.get(system.current.url(&format!("/{DOMAIN}/v1/page/html/{title}/{}/{}", w.rev, w.tid))).send().await.expect("tid");
+            assert_eq!(by_tid.status(), 200, "{title}/{}/{} acknowledged, then gone", w.rev, w.tid);
+            assert_eq!(by_tid.text().await.expect("body"), w.html);
+        }
+        // The grace period of a superseded render counts from its supersession,
+        // whichever writer's clock was ahead: the render that became latest
+        // replaced the previous latest during its own request.
+        let mut latest: Option<&SkewWrite> = None;
+        let mut grace_from: Vec<(&SkewWrite, SystemTime)> = Vec::new();
+        for w in writes {
+            if latest.is_none_or(|l| (w.rev, w.tid) > (l.rev, l.tid)) {
+                if let Some(l) = latest {
+                    grace_from.push((l, w.sent));
+                    checked.1 += usize::from(w.offset < l.offset);
+                }
+                latest = Some(w);
+            }
+        }
+        for (superseded, from) in grace_from {
+            let values = (DOMAIN.to_owned(), title.clone(), superseded.rev as i64, scylla::value::CqlTimeuuid::from(superseded.tid.uuid()));
+            let rows =
+                engine.session().query_unpaged(ttl_query.as_str(), values).await.expect("TTL query").into_rows_result().expect("rows");
+            let (ttl,): (Option<i32>,) = rows.single_row().expect("one by_tid row");
+            let ttl = i64::from(ttl.expect("a TTL"));
+            let expires = SystemTime::now() + Duration::from_secs(ttl as u64);
+            let due = from + Duration::from_secs(SKEW_GRACE_SECS);
+            // TTLs count in whole seconds, on each side: 2 s of slack.
+            assert!(
+                expires + Duration::from_secs(2) >= due,
+                "{title}/{}/{} (by the writer at {:+} s) expires {:?} before the end of its grace period",
+                superseded.rev,
+                superseded.tid,
+                superseded.offset,
+                due.duration_since(expires).unwrap_or_default()
+            );
+            checked.0 += 1;
+        }
+    }
+    eprintln!(
+        "skew test: {} writes on {SKEW_TITLES} titles by writers {SKEW_SECS} s apart each way; {} supersessions checked, {} of them by a writer whose clock was behind",
+        pages.iter().map(|(_, w)| w.len()).sum::<usize>(),
+        checked.0,
+        checked.1
+    );
+    assert!(checked.1 > 0, "no write superseded one from a writer ahead of it: the run proved nothing about skew (seed {seed})");
 }
