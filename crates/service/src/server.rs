@@ -218,9 +218,24 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
 }
 
 async fn metrics(State(platform): State<Platform>) -> Response {
+    // Memory against the budget, for the alert that fires before the
+    // container's limit kills the process. The resident set is the process's
+    // (under `revstore up` three services share it, each with its own budget).
+    metrics::gauge!("memory_budget_bytes", "service" => platform.service()).set(platform.inner.settings.memory.total() as f64);
+    if let Some(rss) = resident_bytes() {
+        metrics::gauge!("process_resident_memory_bytes").set(rss as f64);
+    }
     let mut response = series_of(platform.service(), &revstore_telemetry::prometheus().render()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
+}
+
+/// The process's resident set in bytes (Linux: `VmRSS` of /proc/self/status).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The exposition text without the series of other services: under `revstore

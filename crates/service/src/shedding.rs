@@ -56,6 +56,8 @@ struct ShedLog {
 
 impl Shedder {
     pub fn new(service: &'static str, limit: usize) -> Self {
+        // Exported from the start, at 0: an alert's rate() needs the series before the first shed.
+        metrics::counter!("http_requests_shed_total", "service" => service).increment(0);
         let log = ShedLog { started: Instant::now(), unreported: AtomicU64::new(0), last_line_ms: AtomicU64::new(0) };
         let body = overloaded_body(limit);
         Shedder { service, limit, permits: Arc::new(Semaphore::new(limit)), log: Arc::new(log), body }

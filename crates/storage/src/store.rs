@@ -166,6 +166,9 @@ impl Store {
     /// opened.)
     pub fn for_service(mut self, service: &'static str) -> Self {
         self.user = service;
+        // Exported from the start (0 while writes are accepted), so an alert sees the series.
+        let full = self.full.load(std::sync::atomic::Ordering::Relaxed);
+        metrics::gauge!("storage_full", "service" => service, "engine" => self.kind().name()).set(if full { 1.0 } else { 0.0 });
         self
     }
 

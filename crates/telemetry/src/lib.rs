@@ -77,8 +77,11 @@ fn otlp_configured() -> bool {
     ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"].iter().any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
-/// Sets up logging, tracing and trace-context propagation for `service`.
+/// Sets up the metrics recorder, logging, tracing and trace-context propagation for `service`.
 pub fn init(service: &'static str) -> Result<TelemetryGuard, TelemetryError> {
+    // The metrics recorder first: what a service records while it is built
+    // (its counters exported at 0 from the start) must not go to the no-op one.
+    prometheus();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let service_name = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| service.to_owned());
     let resource =

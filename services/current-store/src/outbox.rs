@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
+use revstore_keys::Tid;
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, col};
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
@@ -106,6 +107,11 @@ pub struct Delivery {
 
 impl Delivery {
     pub fn new(store: Store, receivers: Receivers) -> Self {
+        // Exported from the start, at 0, for the dead-letter alert.
+        for kind in ["archive", "change", "suppress"] {
+            metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
+        }
+        metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(0.0);
         Delivery { store, receivers }
     }
 }
@@ -123,8 +129,9 @@ impl Worker for Delivery {
         let mut delivered = 0usize;
         let mut full_batch = false;
         let mut asked_to_wait = None;
+        let mut oldest_micros = None;
         for shard in 0..crate::pages::OUTBOX_SHARDS {
-            match deliver_shard(&self.store, &self.receivers, shard).await {
+            match deliver_shard(&self.store, &self.receivers, shard, &mut oldest_micros).await {
                 Ok(round) => {
                     delivered += round.delivered;
                     full_batch |= round.read == BATCH as usize && round.delivered > 0;
@@ -138,6 +145,10 @@ impl Worker for Delivery {
         if delivered > 0 {
             tracing::info!(service = "current-store", delivered, "outbox delivered");
         }
+        // The backlog's age: a healthy outbox keeps it near the poll interval;
+        // a receiver that refuses or a shard that fails makes it grow.
+        let age_secs = oldest_micros.map_or(0.0, |oldest: i64| (self.store.now_micros() - oldest).max(0) as f64 / 1e6);
+        metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(age_secs);
         if let Some(wait) = asked_to_wait {
             // The runner's own pause follows; together at least what was asked.
             tokio::select! {
@@ -162,9 +173,14 @@ struct Round {
     delivered: usize,
 }
 
-async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64) -> Result<Round, ShardFailure> {
+/// Delivers one shard's oldest rows; `oldest_micros` takes the time of the
+/// oldest row found waiting (rows are ordered by their time-UUID ids).
+async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, oldest_micros: &mut Option<i64>) -> Result<Round, ShardFailure> {
     let rows = store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard)]).limit(BATCH)).await?.rows;
     let read = rows.len();
+    if let Some(first) = rows.first().and_then(|r| r.timeuuid(col::ID)).and_then(|id| Tid::from_uuid(id).ok()) {
+        *oldest_micros = Some(oldest_micros.map_or(first.unix_micros(), |o: i64| o.min(first.unix_micros())));
+    }
     let mut delivered = 0;
     for row in rows {
         let Some(id) = row.timeuuid(col::ID) else { continue };

@@ -239,7 +239,8 @@ async fn put_render(
 /// Store a render; the service assigns its tid.
 #[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}", request_body = RenderBody,
     params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
-    responses((status = 201, description = "stored; ETag and Location name the render"), (status = 400, body = Problem), (status = 401, body = Problem), (status = 412, body = Problem)),
+    responses((status = 201, description = "stored; ETag and Location name the render"), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 409, body = Problem, description = "the revision is suppressed"), (status = 412, body = Problem)),
     security(("bearer" = [])))]
 async fn post_render(
     _: WriteAccess,

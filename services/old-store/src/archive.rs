@@ -278,6 +278,8 @@ fn tid_value(row: &Row, column: &str) -> Option<Tid> {
 
 impl Archive {
     pub fn new(store: Store, settings: ArchiveSettings) -> Self {
+        // Exported from the start, at 0, for the integrity alert.
+        metrics::counter!("old_store_integrity_errors_total", "service" => crate::SERVICE).increment(0);
         let cache = BlockCache::with_weighter(
             // quick_cache sizes its shards from an estimate of the item count.
             (settings.cache_bytes / (256 * 1024)).max(16) as usize,

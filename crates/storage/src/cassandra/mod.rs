@@ -174,6 +174,8 @@ impl CassandraEngine {
             Ok(_) => Flavor::Scylla,
             Err(_) => Flavor::Cassandra,
         };
+        // Exported from the start, at 0, for the alert on uncertain conditional writes.
+        metrics::counter!("storage_cas_unknown_outcomes_total", "service" => options.metrics_service, "engine" => "cassandra").increment(0);
         Ok(CassandraEngine {
             session,
             keyspace: options.keyspace,
