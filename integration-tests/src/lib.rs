@@ -175,6 +175,14 @@ impl System {
         if let Some(ca) = &access.tls_ca_file {
             cassandra_access.extend(["--cassandra-tls-ca-file".into(), ca.display().to_string()]);
         }
+        if let Some((cert, key)) = &access.tls_client {
+            cassandra_access.extend([
+                "--cassandra-tls-cert-file".into(),
+                cert.display().to_string(),
+                "--cassandra-tls-key-file".into(),
+                key.display().to_string(),
+            ]);
+        }
         if let Some((user, password)) = &access.credentials {
             let password_file = dir.path().join("cassandra-password");
             std::fs::write(&password_file, password).expect("password file");

@@ -89,6 +89,14 @@ pub struct StorageArgs {
     #[arg(long, env = "REVSTORE_CASSANDRA_TLS_VERIFY_NAME", default_value_t = true, action = clap::ArgAction::Set)]
     pub cassandra_tls_verify_name: bool,
 
+    /// With TLS: a client certificate (PEM) for nodes that require one (with --cassandra-tls-key-file).
+    #[arg(long, env = "REVSTORE_CASSANDRA_TLS_CERT_FILE")]
+    pub cassandra_tls_cert_file: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "REVSTORE_CASSANDRA_TLS_KEY_FILE")]
+    pub cassandra_tls_key_file: Option<PathBuf>,
+
     /// Seconds a storage request may take before it fails as unavailable.
     #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
     pub storage_timeout_secs: u64,
@@ -120,8 +128,16 @@ impl StorageArgs {
             (None, None) => None,
             _ => return Err(SettingsError("--cassandra-username and --cassandra-password-file go together".into())),
         };
+        let client_identity = match (&self.cassandra_tls_cert_file, &self.cassandra_tls_key_file) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => return Err(SettingsError("--cassandra-tls-cert-file and --cassandra-tls-key-file go together".into())),
+        };
+        if client_identity.is_some() && self.cassandra_tls_ca_file.is_none() {
+            return Err(SettingsError("a client certificate needs TLS: set --cassandra-tls-ca-file too".into()));
+        }
         if let Some(ca_file) = &self.cassandra_tls_ca_file {
-            let tls = CassandraTls { ca_file: ca_file.clone(), verify_name: self.cassandra_tls_verify_name };
+            let tls = CassandraTls { ca_file: ca_file.clone(), verify_name: self.cassandra_tls_verify_name, client_identity };
             // A CA file that cannot serve is a setting to fix (exit 64), not an outage to wait out.
             tls.client_config().map_err(SettingsError)?;
             options.tls = Some(tls);

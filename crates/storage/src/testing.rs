@@ -41,7 +41,8 @@ impl TestKeyspace {
         }
         let access = TestAccess::from_env();
         options.credentials = access.credentials;
-        options.tls = access.tls_ca_file.map(|ca_file| crate::CassandraTls { ca_file, verify_name: true });
+        options.tls =
+            access.tls_ca_file.map(|ca_file| crate::CassandraTls { ca_file, verify_name: true, client_identity: access.tls_client });
         options
     }
 
@@ -74,11 +75,14 @@ impl Drop for TestKeyspace {
 
 /// How tests reach a Cassandra that wants TLS or a login, from the
 /// environment `scripts/test` sets for its TLS stage:
-/// `REVSTORE_TEST_CASSANDRA_TLS_CA` (the CA's PEM file) and
+/// `REVSTORE_TEST_CASSANDRA_TLS_CA` (the CA's PEM file), with
+/// `REVSTORE_TEST_CASSANDRA_TLS_CERT` and `_KEY` (a client certificate), and
 /// `REVSTORE_TEST_CASSANDRA_USER` with `REVSTORE_TEST_CASSANDRA_PASSWORD`.
 #[derive(Debug, Clone, Default)]
 pub struct TestAccess {
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// A client certificate and its key, for a node that requires one.
+    pub tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     pub credentials: Option<(String, String)>,
 }
 
@@ -87,6 +91,9 @@ impl TestAccess {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         TestAccess {
             tls_ca_file: var("REVSTORE_TEST_CASSANDRA_TLS_CA").map(Into::into),
+            tls_client: var("REVSTORE_TEST_CASSANDRA_TLS_CERT")
+                .zip(var("REVSTORE_TEST_CASSANDRA_TLS_KEY"))
+                .map(|(c, k)| (c.into(), k.into())),
             credentials: var("REVSTORE_TEST_CASSANDRA_USER")
                 .map(|user| (user, var("REVSTORE_TEST_CASSANDRA_PASSWORD").unwrap_or_default())),
         }

@@ -1,10 +1,12 @@
-//! Reaching a Cassandra that accepts CQL only over TLS and only with a login:
-//! what works, and that every way in without the right CA, with plain TCP or
+//! Reaching a Cassandra that accepts CQL only over TLS, only from clients with
+//! a certificate from its CA, and only with a login: what works, and that every
+//! way in with plain TCP, without the right CA, without a client certificate or
 //! with a wrong password is refused at connect, saying why.
 //!
-//! `scripts/test` starts such a node (`REVSTORE_CASSANDRA_TLS=on
+//! `scripts/test` starts such a node (`REVSTORE_CASSANDRA_TLS=mutual
 //! REVSTORE_CASSANDRA_AUTH=password deploy/cassandra/cassandra-local start`) and
 //! sets `REVSTORE_TEST_CASSANDRA`, `REVSTORE_TEST_CASSANDRA_TLS_CA`,
+//! `REVSTORE_TEST_CASSANDRA_TLS_CERT`, `REVSTORE_TEST_CASSANDRA_TLS_KEY`,
 //! `REVSTORE_TEST_CASSANDRA_USER` and `REVSTORE_TEST_CASSANDRA_PASSWORD`.
 
 use std::process::Command;
@@ -48,7 +50,7 @@ async fn tls_login_the_store_writes_and_reads() {
 
 #[tokio::test]
 #[ignore = "needs Cassandra with TLS and passwords: scripts/test runs it"]
-async fn tls_login_plain_tcp_another_ca_a_wrong_password_and_none_are_refused() {
+async fn tls_login_plain_tcp_another_ca_no_client_certificate_a_wrong_password_and_none_are_refused() {
     let (_keyspace, options) = options();
 
     let mut plain = options.clone();
@@ -69,9 +71,16 @@ async fn tls_login_plain_tcp_another_ca_a_wrong_password_and_none_are_refused() 
         .expect("run openssl");
     assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
     let mut untrusted = options.clone();
-    untrusted.tls = Some(CassandraTls { ca_file: other_ca, verify_name: true });
+    untrusted.tls = untrusted.tls.map(|tls| CassandraTls { ca_file: other_ca, ..tls });
     let error = refusal(untrusted).await;
     assert!(error.contains("certificate") || error.contains("UnknownIssuer"), "a node certificate from another CA: {error}");
+
+    if options.tls.as_ref().is_some_and(|tls| tls.client_identity.is_some()) {
+        let mut no_certificate = options.clone();
+        no_certificate.tls = no_certificate.tls.map(|tls| CassandraTls { client_identity: None, ..tls });
+        let error = refusal(no_certificate).await;
+        assert!(error.contains("cannot connect to Cassandra"), "no client certificate to a node that requires one: {error}");
+    }
 
     let mut wrong = options.clone();
     wrong.credentials = wrong.credentials.map(|(user, _)| (user, "not the password".to_owned()));

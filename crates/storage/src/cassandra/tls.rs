@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 
 /// How to reach the cluster over TLS.
@@ -24,6 +24,9 @@ pub struct CassandraTls {
     pub ca_file: PathBuf,
     /// Check that a node's certificate names the address connected to.
     pub verify_name: bool,
+    /// A client certificate (PEM, its chain) and its private key (PEM), for
+    /// nodes that require one (`require_client_auth`).
+    pub client_identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl CassandraTls {
@@ -44,12 +47,28 @@ impl CassandraTls {
             .build()
             .map_err(|e| format!("the CA file {shown}: {e}"))?;
         let verifier: Arc<dyn ServerCertVerifier> = if self.verify_name { verifier } else { Arc::new(ChainOnly(verifier)) };
-        let config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let config = match &self.client_identity {
+            None => builder.with_no_client_auth(),
+            Some((cert_file, key_file)) => {
+                let (cert_shown, key_shown) = (cert_file.display(), key_file.display());
+                let chain = CertificateDer::pem_file_iter(cert_file)
+                    .map_err(|e| format!("cannot read the client certificate {cert_shown}: {e}"))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("the client certificate {cert_shown} is not PEM: {e}"))?;
+                if chain.is_empty() {
+                    return Err(format!("the client certificate file {cert_shown} holds no certificate"));
+                }
+                let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| format!("cannot read a private key from {key_shown}: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the client certificate {cert_shown} and key {key_shown}: {e}"))?
+            }
+        };
         Ok(Arc::new(config))
     }
 }
@@ -106,14 +125,40 @@ mod tests {
     #[test]
     fn a_ca_file_that_is_missing_empty_or_not_pem_is_refused_with_its_name() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let missing = CassandraTls { ca_file: dir.path().join("absent.pem"), verify_name: true };
+        let missing = CassandraTls { ca_file: dir.path().join("absent.pem"), verify_name: true, client_identity: None };
         assert!(missing.client_config().expect_err("missing").contains("cannot read the CA file"));
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "").expect("write");
-        let error = CassandraTls { ca_file: empty, verify_name: true }.client_config().expect_err("empty");
+        let error = CassandraTls { ca_file: empty, verify_name: true, client_identity: None }.client_config().expect_err("empty");
         assert!(error.contains("holds no certificate"), "{error}");
         let garbage = dir.path().join("garbage.pem");
         std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n").expect("write");
-        assert!(CassandraTls { ca_file: garbage, verify_name: true }.client_config().is_err());
+        assert!(CassandraTls { ca_file: garbage, verify_name: true, client_identity: None }.client_config().is_err());
+    }
+
+    #[test]
+    fn a_client_identity_that_cannot_be_read_is_refused_with_its_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        let made = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA"])
+            .arg("-keyout")
+            .arg(dir.path().join("ca.key"))
+            .arg("-out")
+            .arg(&ca)
+            .output()
+            .expect("run openssl");
+        assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+        let with = |cert: &str, key: &str| CassandraTls {
+            ca_file: ca.clone(),
+            verify_name: true,
+            client_identity: Some((dir.path().join(cert), dir.path().join(key))),
+        };
+        let error = with("absent.pem", "ca.key").client_config().expect_err("no certificate file");
+        assert!(error.contains("absent.pem"), "{error}");
+        let error = with("ca.pem", "absent.key").client_config().expect_err("no key file");
+        assert!(error.contains("absent.key"), "{error}");
+        // The CA's own certificate and key make a valid identity.
+        with("ca.pem", "ca.key").client_config().expect("a certificate and its key");
     }
 }
