@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use revstore_storage::testing::TestKeyspace;
 
+pub mod loadgen;
+
 /// The storage engine the services run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -34,16 +36,28 @@ pub struct Options {
     pub grace_ttl_secs: u64,
     /// Where the services export spans (`OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub otlp_endpoint: Option<String>,
+    /// More environment for every service (`REVSTORE_MAX_IN_FLIGHT`, say).
+    pub env: Vec<(String, String)>,
+    /// The CPUs every service runs on (`taskset -c` syntax, e.g. `1`), as a
+    /// pod limited to them would; all when `None`.
+    pub cpus: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { grace_ttl_secs: 86_400, otlp_endpoint: None }
+        Options { grace_ttl_secs: 86_400, otlp_endpoint: None, env: Vec::new(), cpus: None }
     }
 }
 
-/// A binary of the workspace, as the target directory holds it.
+/// A binary of the workspace, as the target directory holds it, or as the
+/// directory named by `REVSTORE_TEST_BINARIES` does (another build's, to
+/// compare two side by side).
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("REVSTORE_TEST_BINARIES") {
+        let path = Path::new(&dir).join(name);
+        assert!(path.is_file(), "{} is not in REVSTORE_TEST_BINARIES", path.display());
+        return path;
+    }
     let test_executable = std::env::current_exe().expect("the test executable's path");
     // target/<profile>/deps/<test>: the binaries are in target/<profile>.
     let profile_dir = test_executable.parent().and_then(Path::parent).expect("a target directory");
@@ -68,6 +82,7 @@ pub struct ServiceProcess {
     pub keyspace: Option<String>,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    cpus: Option<String>,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -77,11 +92,25 @@ impl ServiceProcess {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
+    /// The process's id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Starts the process and waits until it is ready (`/readyz` 200).
     pub async fn start(&mut self) {
         assert!(self.child.is_none(), "{} is already running", self.name);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("the service's log file");
-        let child = Command::new(binary(&format!("revstore-{}", self.name)))
+        let binary = binary(&format!("revstore-{}", self.name));
+        let mut command = match &self.cpus {
+            Some(cpus) => {
+                let mut pinned = Command::new("taskset");
+                pinned.args(["-c", cpus]).arg(&binary);
+                pinned
+            }
+            None => Command::new(&binary),
+        };
+        let child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("REVSTORE_WRITE_TOKENS")
@@ -222,7 +251,17 @@ impl System {
                 // Spans leave within a fifth of a second instead of five.
                 env.push(("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()));
             }
-            ServiceProcess { name, port, keyspace: keyspace_name, args, env, log: dir.path().join(format!("{name}.log")), child: None }
+            env.extend(options.env.iter().cloned());
+            ServiceProcess {
+                name,
+                port,
+                keyspace: keyspace_name,
+                args,
+                env,
+                cpus: options.cpus.clone(),
+                log: dir.path().join(format!("{name}.log")),
+                child: None,
+            }
         };
         let mut old = service("old-store", vec![]);
         let mut graph = service("dependency-graph", vec![]);
@@ -266,6 +305,7 @@ impl System {
             keyspace: self.current.keyspace.clone(),
             args,
             env: process_env,
+            cpus: self.current.cpus.clone(),
             log: self.dir.path().join(format!("current-store-{label}.log")),
             child: None,
         }

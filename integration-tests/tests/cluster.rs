@@ -406,10 +406,14 @@ async fn cluster_node_loss_loses_no_acknowledged_write_and_quorum_loss_fails_fas
         .await;
     }
 
-    // The nodes return; the services recover by themselves.
+    // The nodes return; the services recover by themselves. Timed from the
+    // restart of the nodes: to all nodes up, to every service ready, to the
+    // first acknowledged write.
+    let restarted = Instant::now();
     node(2, "start");
     node(3, "start");
     all_nodes_up().await;
+    let nodes_up = restarted.elapsed();
     for service in [&system.current, &system.old, &system.graph] {
         let url = service.url("/readyz");
         eventually(&format!("{} ready again without a restart", service.name), Duration::from_secs(120), || {
@@ -418,7 +422,13 @@ async fn cluster_node_loss_loses_no_acknowledged_write_and_quorum_loss_fails_fas
         })
         .await;
     }
+    let services_ready = restarted.elapsed();
     load.write_render(0, true).await;
+    eprintln!(
+        "quorum loss: {} writes refused with 503; after the nodes' restart, all nodes up in {nodes_up:?}, every service ready in {services_ready:?}, the first write acknowledged in {:?}",
+        refused.len(),
+        restarted.elapsed()
+    );
     assert!(
         load.record.lock().expect("record").failures.is_empty(),
         "a write after recovery: {:?}",

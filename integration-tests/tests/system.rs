@@ -32,7 +32,7 @@ async fn the_whole_system_on_cassandra() {
 
 async fn the_whole_system(engine: Engine) {
     let otlp = OtlpReceiver::start().await;
-    let options = Options { grace_ttl_secs: GRACE_SECS, otlp_endpoint: Some(otlp.endpoint.clone()) };
+    let options = Options { grace_ttl_secs: GRACE_SECS, otlp_endpoint: Some(otlp.endpoint.clone()), ..Options::default() };
     let mut system = System::start(engine, options).await;
     history_written_out_of_order_by_concurrent_clients_reads_back_by_precedence(&system).await;
     a_template_change_lists_its_dependents_and_a_pulled_page_is_marked_updated(&system).await;

@@ -119,7 +119,6 @@ pub async fn observe(State(state): State<ObserveState>, mut request: Request, ne
     }
     request.extensions_mut().insert(RequestId(id.clone()));
     let response = next.run(request).instrument(span.clone()).await;
-    let shed = response.extensions().get::<crate::shedding::Shed>().is_some();
     let mut response = if response.status().is_client_error() || response.status().is_server_error() {
         problem_body(response, &id).await
     } else {
@@ -135,8 +134,7 @@ pub async fn observe(State(state): State<ObserveState>, mut request: Request, ne
     metrics::histogram!("http_request_duration_seconds", "service" => state.service, "route" => route, "method" => method)
         .record(elapsed.as_secs_f64());
     let latency_ms = elapsed.as_secs_f64() * 1e3;
-    // Shed requests are counted and summarised by the shedder, not logged one by one.
-    let line = if shed { AccessLine::Debug } else { state.access_line(status, elapsed) };
+    let line = state.access_line(status, elapsed);
     span.in_scope(|| match line {
         AccessLine::Failed => tracing::warn!(status = status.as_u16(), latency_ms, "request failed"),
         AccessLine::Slow => tracing::warn!(status = status.as_u16(), latency_ms, "slow request"),

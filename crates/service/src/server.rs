@@ -122,8 +122,8 @@ impl Platform {
     }
 
     /// The service's routes (already given their state) inside the platform:
-    /// ops routes, read access, body limit, panic catcher, load shedding,
-    /// timeout, observation.
+    /// ops routes, read access, body limit, panic catcher, timeout,
+    /// observation. Load shedding is outside the router ([`serve`]).
     pub fn router(&self, routes: Router) -> Router {
         let settings = &self.inner.settings;
         let ops = Router::new()
@@ -145,14 +145,6 @@ impl Platform {
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, settings.request_timeout))
             .layer(axum::middleware::from_fn_with_state(ObserveState::new(self.inner.service, settings.access_log), observe))
-            // Shedding is outermost: a refusal costs a semaphore try and a ready
-            // body, no span, no labelled metrics, no body rewrite, so a flood of
-            // refusals does not starve the requests being served (it is counted
-            // in its own metric).
-            .layer(axum::middleware::from_fn_with_state(
-                crate::shedding::Shedder::new(self.inner.service, settings.max_in_flight),
-                crate::shedding::shed_excess,
-            ))
     }
 }
 
@@ -319,10 +311,16 @@ pub async fn serve(
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
     let listener = LimitedListener::new(listener, platform.settings().connections, platform.service());
     let router = router.layer(axum::middleware::from_fn(track_requests));
-    let server =
-        axum::serve(listener, router.into_make_service_with_connect_info::<ConnectionHandle>()).with_graceful_shutdown(async move {
-            let _ = stopped.await;
-        });
+    // Shedding wraps the whole router, outermost: a refusal costs a semaphore
+    // try and a ready body, no routing, no span, no labelled metrics, no body
+    // rewrite, so a flood of refusals does not starve the requests being
+    // served (see crate::shedding).
+    let shedder = crate::shedding::Shedder::new(service, platform.settings().max_in_flight);
+    let app = tower::Layer::layer(&shedder, router);
+    let make_service = axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<ConnectionHandle>(app);
+    let server = axum::serve(listener, make_service).with_graceful_shutdown(async move {
+        let _ = stopped.await;
+    });
     let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(server.into_future());
     tokio::select! {
         result = &mut server => {

@@ -3,7 +3,14 @@
 //! queueing them until every request is slow (the collapse an open-loop flood
 //! caused: p99 of 19-31 s and connections given up by clients).
 //!
-//! A request counts from the moment it reaches the router until its handler
+//! The shedder is a tower layer around the whole router, outside routing and
+//! every other middleware: a refusal costs a semaphore try and a ready body.
+//! Inside the router each request clones the route's middleware stack (axum
+//! clones a `from_fn` layer's inner service per call), which made a refusal
+//! cost about a seventh of a served read; at four times saturation the
+//! refusals then took half the CPU the served requests needed.
+//!
+//! A request counts from the moment it reaches the service until its handler
 //! has answered (its response body may still be on its way to the client). `/healthz`, `/readyz` and
 //! `/metrics` are never shed: a probe that fails under load would make
 //! Kubernetes restart or unroute a service that is merely busy. Shed requests
@@ -12,13 +19,15 @@
 //! flood would become a flood of log lines): at most one warning a second
 //! says how many were shed since the last.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
+use futures_util::future::{BoxFuture, Either, Ready};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::problem::ApiError;
@@ -30,11 +39,8 @@ pub const NEVER_SHED: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 /// short enough that a client retrying once does not miss much.
 pub const SHED_RETRY_AFTER_SECS: u32 = 1;
 
-/// Marks a response as a shed request's, so the access log leaves it at debug.
-#[derive(Debug, Clone, Copy)]
-pub struct Shed;
-
-/// The in-flight limit of one service.
+/// The in-flight limit of one service; as a [`tower::Layer`], the service
+/// that enforces it.
 #[derive(Debug, Clone)]
 pub struct Shedder {
     service: &'static str,
@@ -89,7 +95,59 @@ impl Shedder {
     }
 }
 
-/// A request's place among those in flight, given back when its body is done.
+impl<S> tower::Layer<S> for Shedder {
+    type Service = Shedding<S>;
+
+    fn layer(&self, inner: S) -> Shedding<S> {
+        Shedding { inner, shedder: self.clone() }
+    }
+}
+
+/// `inner` behind a [`Shedder`].
+#[derive(Debug, Clone)]
+pub struct Shedding<S> {
+    inner: S,
+    shedder: Shedder,
+}
+
+impl<S> tower::Service<Request> for Shedding<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Response, Infallible>>, BoxFuture<'static, Result<Response, Infallible>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if NEVER_SHED.contains(&request.uri().path()) {
+            return Either::Right(Box::pin(self.inner.call(request)));
+        }
+        let Ok(permit) = self.shedder.permits.clone().try_acquire_owned() else {
+            self.shedder.shed();
+            return Either::Left(futures_util::future::ready(Ok(overloaded_response(&self.shedder.body))));
+        };
+        self.shedder.report();
+        let place = InFlight { shedder: self.shedder.clone(), permit: Some(permit) };
+        let answered = self.inner.call(request);
+        Either::Right(Box::pin(async move {
+            let response = answered.await;
+            // The place is given back once the handler has answered: sending a body
+            // that is already made is the connection's business, not work, and a
+            // client slow to read (or a flood of them) must not hold places a
+            // request being worked on needs. A client that gives up drops this
+            // future, and the place with it.
+            drop(place);
+            response
+        }))
+    }
+}
+
+/// A request's place among those in flight, given back when it is answered.
 struct InFlight {
     shedder: Shedder,
     permit: Option<OwnedSemaphorePermit>,
@@ -100,26 +158,6 @@ impl Drop for InFlight {
         drop(self.permit.take());
         self.shedder.report();
     }
-}
-
-/// The middleware: admits a request while fewer than the limit are in flight.
-pub async fn shed_excess(State(shedder): State<Shedder>, request: Request, next: Next) -> Response {
-    if NEVER_SHED.contains(&request.uri().path()) {
-        return next.run(request).await;
-    }
-    let Ok(permit) = shedder.permits.clone().try_acquire_owned() else {
-        shedder.shed();
-        return overloaded_response(&shedder.body);
-    };
-    shedder.report();
-    let place = InFlight { shedder, permit: Some(permit) };
-    let response = next.run(request).await;
-    // The place is given back once the handler has answered: sending a body
-    // that is already made is the connection's business, not work, and a
-    // client slow to read (or a flood of them) must not hold places a
-    // request being worked on needs.
-    drop(place);
-    response
 }
 
 /// The problem document of a shed answer (an [`ApiError::overloaded`]).
@@ -142,7 +180,6 @@ fn overloaded_response(body: &axum::body::Bytes) -> Response {
     let headers = response.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(crate::problem::PROBLEM_JSON));
     headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(SHED_RETRY_AFTER_SECS));
-    response.extensions_mut().insert(Shed);
     response
 }
 
@@ -162,7 +199,7 @@ mod tests {
     use super::*;
 
     /// A router whose `/slow` handler waits for `release`, behind `shedder`.
-    fn router(shedder: &Shedder, release: Arc<tokio::sync::Notify>) -> Router {
+    fn router(shedder: &Shedder, release: Arc<tokio::sync::Notify>) -> Shedding<Router> {
         let slow = move || {
             let release = release.clone();
             async move {
@@ -170,11 +207,11 @@ mod tests {
                 "done"
             }
         };
-        Router::new()
+        let router = Router::new()
             .route("/slow", get(slow))
             .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(|| async { "# metrics" }))
-            .layer(axum::middleware::from_fn_with_state(shedder.clone(), shed_excess))
+            .route("/metrics", get(|| async { "# metrics" }));
+        tower::Layer::layer(shedder, router)
     }
 
     fn get_request(path: &str) -> Request {
