@@ -13,7 +13,9 @@
 //! The whole system runs as in production (three service processes wired to
 //! each other: current-store hands off to old-store and notifies the graph),
 //! on the embedded engine or on the Cassandra named by
-//! `REVSTORE_TEST_CASSANDRA`. For each service and kind of work:
+//! `REVSTORE_TEST_CASSANDRA`. Before each run, old-store's compaction queue
+//! is left to empty (seeding and earlier writes fill it), so a run shares the
+//! machine only with what it causes. For each service and kind of work:
 //! 1. saturation: 32 connections closed loop for `--seconds`; the successes a
 //!    second are the service's saturation rate;
 //! 2. for each of `--multiples`: that many times the saturation rate offered
@@ -204,6 +206,25 @@ async fn seed(workload: &Workload) {
     futures_util::stream::iter(sends).buffer_unordered(16).collect::<Vec<()>>().await;
 }
 
+/// Waits until old-store has no compaction queued or running (what seeding
+/// and the writes left it), so that a measured run does not share the CPU
+/// with compaction it did not cause; at most five minutes. Returns the wait.
+async fn quiesce(system: &System) -> Duration {
+    let started = Instant::now();
+    let http = reqwest::Client::new();
+    let mut idle_polls = 0;
+    while idle_polls < 3 && started.elapsed() < Duration::from_secs(300) {
+        let status: serde_json::Value = match http.get(system.old.url("/admin/compaction")).bearer_auth(&system.token).send().await {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        let idle = status["pending"] == 0 && status["compacting"] == false;
+        idle_polls = if idle { idle_polls + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    started.elapsed()
+}
+
 /// The resident memory of a process, in MB.
 fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -231,6 +252,10 @@ struct Beside {
 
 /// Runs `plan` for `service`'s `writes` or reads, watching the service meanwhile.
 async fn measure(workload: &Arc<Workload>, service: Service, writes: bool, plan: Plan) -> (Report, Beside) {
+    let waited = quiesce(&workload.system).await;
+    if waited > Duration::from_secs(10) {
+        println!("<!-- waited {:.0} s for old-store's compaction to finish -->", waited.as_secs_f64());
+    }
     let process = service.process(&workload.system);
     let pid = process.pid().expect("the service runs");
     let healthz = process.url("/healthz");
