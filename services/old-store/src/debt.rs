@@ -5,7 +5,7 @@
 //! slot deletes it. So at any moment the markers name every block that holds
 //! renders not yet in a seal-level frame — whatever happened to the process
 //! that appended them (a deploy, `kill -9`, an autoscaler). The in-memory queue
-//! ([`crate::compactor`]) stays the fast path; a *sweep* reads the markers and
+//! ([`crate::queue`]) stays the fast path; a *sweep* reads the markers and
 //! puts the blocks they name back into it: at start, every
 //! `REVSTORE_DEBT_SWEEP_SECS`, and when asked (`POST /admin/compaction/sweep`).
 //!
@@ -18,17 +18,21 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use revstore_keys::{composite_key_bytes, murmur3_token};
 use revstore_schema::tables::old_store::{ARCHIVE_DEBT, col};
 use revstore_storage::{Delete, DeleteTarget, ReadQuery, Slice, Store, StoreResult, Upsert, Value};
 
-use crate::archive::BlockKey;
-use crate::compactor::Compactor;
+use crate::block::BlockKey;
+use crate::queue::CompactionQueue;
 
 /// Partitions of the debt table; a sweep reads each in turn.
 pub const DEBT_SHARDS: i64 = 64;
+/// The most blocks one sweep puts in the queue; a sweep that stops there is
+/// followed by another as soon as the queue has drained.
+const MAX_SWEEP_BLOCKS: u64 = 10_000;
 /// Markers read per step of a sweep.
 const SWEEP_PAGE: u32 = 1000;
 /// A marker at a slot the title never committed is left by a writer that
@@ -109,10 +113,46 @@ pub struct SweepReport {
     pub finished_at: String,
 }
 
+/// Sweeps the debt table into a compaction queue, and keeps the last report
+/// (for `GET /admin/compaction`). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DebtSweeper {
+    store: Store,
+    queue: CompactionQueue,
+    /// The level of the compaction that discharges a marker.
+    seal_level: i32,
+    last: Arc<Mutex<Option<SweepReport>>>,
+}
+
+impl DebtSweeper {
+    pub fn new(store: Store, queue: CompactionQueue, seal_level: i32) -> Self {
+        DebtSweeper { store, queue, seal_level, last: Arc::default() }
+    }
+
+    /// The queue the sweep fills.
+    pub fn queue(&self) -> &CompactionQueue {
+        &self.queue
+    }
+
+    /// Sweeps the debt table now, and records the report.
+    pub async fn sweep(&self) -> StoreResult<SweepReport> {
+        let report = sweep(&self.store, &self.queue, self.seal_level, MAX_SWEEP_BLOCKS).await?;
+        metrics::gauge!("old_store_compaction_debt_markers", "service" => crate::SERVICE).set(report.markers as f64);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
+        Ok(report)
+    }
+
+    /// The report of the last finished sweep.
+    pub fn last_sweep(&self) -> Option<SweepReport> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// Reads the markers of every shard and puts each block they name in the
-/// compactor's queue at `level`, due a settle period after its latest append
-/// (at once for debt older than that). Stops after `max_blocks` blocks.
-pub async fn sweep(store: &Store, compactor: &Compactor, level: i32, settle: Duration, max_blocks: u64) -> StoreResult<SweepReport> {
+/// queue at `level`, due a settle period after its latest append (at once
+/// for debt older than that). Stops after `max_blocks` blocks.
+async fn sweep(store: &Store, queue: &CompactionQueue, level: i32, max_blocks: u64) -> StoreResult<SweepReport> {
+    let settle = queue.settle();
     let mut report = SweepReport::default();
     let mut oldest: Option<i64> = None;
     // Replicas sweep the same markers; starting each at its own shard spreads
@@ -141,7 +181,7 @@ pub async fn sweep(store: &Store, compactor: &Compactor, level: i32, settle: Dur
             for ((domain, title, block), at) in latest {
                 report.blocks += 1;
                 let wait = Duration::from_millis(u64::try_from(at + settle.as_millis() as i64 - now).unwrap_or(0));
-                if compactor.schedule_owed(BlockKey { domain, title, block }, level, Instant::now() + wait) {
+                if queue.schedule_owed(BlockKey { domain, title, block }, level, Instant::now() + wait) {
                     report.scheduled += 1;
                 }
                 if report.blocks >= max_blocks {

@@ -5,7 +5,7 @@
 use revstore_service::ApiError;
 use revstore_storage::StoreError;
 
-use crate::archive::BlockKey;
+use crate::block::BlockKey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {

@@ -7,21 +7,26 @@
 //! by decoding its block only as far as that revision.
 //!
 //! # Layout
+//! Each module imports only those above it in this list:
 //! - [`body`]: the archived render and its byte layout inside a block.
-//! - [`archive`]: the storage model, the write path (race-free slot
-//!   allocation), the read path and compaction.
-//! - [`compactor`]: the background queue of blocks to compact.
+//! - [`block`]: the block model (keys, decoded blocks, base choices).
 //! - [`error`]: what the archive's operations fail with, mapped to HTTP once.
+//! - [`queue`]: the in-memory queue of blocks to compact.
 //! - [`debt`]: what must still be compacted, kept in the store so restarts
-//!   lose none of it, and the sweep that reads it back.
+//!   lose none of it, and the sweep that puts it back in the queue.
+//! - [`archive`]: the archive's state and its write path (race-free slot
+//!   allocation), read path and compaction, one file each.
+//! - [`workers`]: the background workers that run the queue and the sweep.
 //! - [`routes`]: the HTTP API.
 
 pub mod archive;
+pub mod block;
 pub mod body;
-pub mod compactor;
 pub mod debt;
 pub mod error;
+pub mod queue;
 pub mod routes;
+pub mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,13 +180,14 @@ impl ServiceDefinition for OldStore {
         let archive = Archive::new(store.clone(), archive_settings);
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
-        platform.spawn_worker(compactor::Compaction::new(archive.clone()));
-        platform.spawn_worker(compactor::DebtSweep::new(archive.clone(), Duration::from_secs(args.debt_sweep_secs)));
+        let debt = debt::DebtSweeper::new(platform.store().clone(), archive.queue().clone(), archive.seal_level());
+        platform.spawn_worker(workers::Compaction::new(archive.clone()));
+        platform.spawn_worker(workers::DebtSweep::new(debt.clone(), Duration::from_secs(args.debt_sweep_secs)));
         // Its audit: every live row is entitled (blocks, their index, suppressions,
         // and compaction debt markers until the compactor has paid them).
         let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
         let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
-        let state = routes::AppState { platform: platform.clone(), archive, titles };
+        let state = routes::AppState { platform: platform.clone(), archive, debt, titles };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

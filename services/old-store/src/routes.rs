@@ -19,11 +19,12 @@ use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
-use crate::archive::{Archive, ArchiveOutcome, Located};
+use crate::archive::{Archive, ArchiveOutcome};
+use crate::block::Located;
 use revstore_api::{ArchivedRevision, RevisionList, Selection, render_etag};
 
 use crate::body::{ArchiveBody, Part, StoredParts, block_entry, bundle};
-use crate::debt::SweepReport;
+use crate::debt::{DebtSweeper, SweepReport};
 use crate::error::ArchiveError;
 
 /// A given render never changes; it can only be hidden, so caches keep it a day.
@@ -37,6 +38,7 @@ const HISTORY_PAGE: u32 = 256;
 pub struct AppState {
     pub platform: Platform,
     pub archive: Archive,
+    pub debt: DebtSweeper,
     pub titles: TitleRules,
 }
 
@@ -298,8 +300,8 @@ pub struct CompactionStatus {
     responses((status = 200, body = CompactionStatus), (status = 401, body = Problem), (status = 403, body = Problem)),
     security(("bearer" = [])))]
 async fn compaction_status(_: WriteAccess, State(state): State<AppState>) -> Json<CompactionStatus> {
-    let compactor = state.archive.compactor();
-    Json(CompactionStatus { pending: compactor.pending(), compacting: compactor.compacting(), last_sweep: compactor.last_sweep() })
+    let queue = state.archive.queue();
+    Json(CompactionStatus { pending: queue.pending(), compacting: queue.compacting(), last_sweep: state.debt.last_sweep() })
 }
 
 /// Sweep the compaction debt table now: every block still owed a seal-level
@@ -308,5 +310,5 @@ async fn compaction_status(_: WriteAccess, State(state): State<AppState>) -> Jso
     responses((status = 200, body = SweepReport), (status = 401, body = Problem), (status = 403, body = Problem), (status = 503, body = Problem)),
     security(("bearer" = [])))]
 async fn sweep_compaction_debt(_: WriteAccess, State(state): State<AppState>) -> Result<Json<SweepReport>, ApiError> {
-    Ok(Json(state.archive.compactor().sweep(&state.archive).await?))
+    Ok(Json(state.debt.sweep().await?))
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{Engine, store_on};
 use revstore_keys::{Domain, RevId, Tid, TitleRules};
-use revstore_old_store::archive::{ArchiveOutcome, BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
+use revstore_old_store::archive::ArchiveOutcome;
+use revstore_old_store::block::{BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
 use revstore_old_store::body::{ArchiveBody, Part, StoredParts, block_entry};
 use revstore_old_store::debt::debt_shard;
 use revstore_old_store::error::ArchiveError;

@@ -1,0 +1,215 @@
+//! The write path: appending a render to its title's open block (race-free
+//! slot allocation), and suppressing revisions.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use revstore_codecs::encode_chained;
+use revstore_keys::{Domain, RevId, Tid, Title};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
+use revstore_storage::{Cas, Condition, ReadQuery, Row, Slice, Upsert, Value, Write};
+
+use super::{Archive, ArchiveOutcome, TitleState, UpdatePolicy, key_values};
+use crate::block::{APPEND_LEVEL, BlockKey, DecodedBlock, DecodedEntry, GROWTH_LEVEL, tid_value};
+use crate::debt;
+use crate::error::ArchiveError;
+
+/// How often a writer retries after losing a slot to a concurrent writer.
+const MAX_SLOT_ATTEMPTS: usize = 64;
+
+/// Where an append goes: the slot it takes and the block's counters after it.
+#[derive(Debug)]
+struct Placement {
+    key: BlockKey,
+    slot: i64,
+    /// Revisions and raw bytes of the block once the render is in it.
+    revisions: i64,
+    bytes: i64,
+}
+
+impl Archive {
+    /// Archives one render (its encoded entry). Idempotent; race-free against
+    /// other replicas writing the same title.
+    pub async fn archive(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        tid: Tid,
+        entry: Vec<u8>,
+    ) -> Result<ArchiveOutcome, ArchiveError> {
+        if self.is_suppressed(domain, title, rev).await? {
+            return Ok(ArchiveOutcome::Skipped("the revision is suppressed"));
+        }
+        let entry = Arc::new(entry);
+        for attempt in 0..MAX_SLOT_ATTEMPTS {
+            // The state first, the revision's rows second, in two reads: a
+            // partition read need not be one snapshot of statics and rows (on
+            // Cassandra they are two queries). Read in this order, any render
+            // committed under the state seen is among the rows seen; one
+            // committed later moves `rev_count`, and the slot's LWT fails.
+            let state = TitleState::from_statics(self.title_state(domain, title).await?.as_ref());
+            let renders = self.renders_of(domain, title, rev).await?;
+            if renders.iter().any(|r| tid_value(r, col::TID) == Some(tid)) {
+                return Ok(ArchiveOutcome::AlreadyStored);
+            }
+            if let Some(reason) = self.policy_skips(&state, !renders.is_empty(), tid) {
+                return Ok(ArchiveOutcome::Skipped(reason));
+            }
+            let place = self.place(&state, domain, title, entry.len() as i64);
+            let previous = if place.revisions > 1 { Some(self.entry_at(&place.key, place.slot - 1, place.slot).await?) } else { None };
+            let link = {
+                let (entry, previous) = (entry.clone(), previous.clone());
+                tokio::task::spawn_blocking(move || encode_chained(previous.as_ref().map(|p| &p.content[..]), &entry, APPEND_LEVEL))
+                    .await
+                    .map_err(ArchiveError::internal)?
+                    .map_err(|e| ArchiveError::TooLarge(e.to_string()))?
+            };
+            let content =
+                Upsert::new(&ARCHIVE_BLOCKS, place.key.partition_values().into_iter().chain([Value::from(place.slot), Value::from(tid)]))
+                    .set(col::REV, rev.as_i64())
+                    .set(col::CONTENT, link);
+            tokio::try_join!(self.inner.store.write(content), self.inner.store.write(debt::marker(&place.key, place.slot)))?;
+            if !self.take_slot(domain, title, rev, tid, &state, &place).await? {
+                metrics::counter!("old_store_slot_conflicts_total", "service" => crate::SERVICE).increment(1);
+                // Another writer took the slot: back off a little (jittered) and start over.
+                let pause = Duration::from_micros(200 * (attempt as u64 + 1) + u64::from(rand::random::<u16>() % 2000));
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            let added = Arc::new(DecodedEntry { slot: place.slot, rev: rev.get(), tid, content: Arc::unwrap_or_clone(entry) });
+            self.remember_append(&place.key, previous, added);
+            self.schedule_after_append(state, place);
+            return Ok(ArchiveOutcome::Stored);
+        }
+        Err(ArchiveError::Contended)
+    }
+
+    /// The title's allocation state: the statics of `archive_meta`.
+    async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ArchiveError> {
+        let statics = [col::REV_COUNT, col::OPEN_BLOCK, col::OPEN_BLOCK_REVISIONS, col::OPEN_BLOCK_BYTES, col::LAST_TID];
+        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(1).columns(statics)).await?.statics)
+    }
+
+    /// The metadata rows of the revision's archived renders.
+    async fn renders_of(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<Vec<Row>, ArchiveError> {
+        let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title))
+            .slice(Slice::prefix([Value::from(rev.as_i64())]))
+            .limit(64)
+            .columns([col::BLOCK, col::SLOT]);
+        Ok(self.inner.store.read(&query).await?.rows)
+    }
+
+    /// Why the update policy skips a render, if it does.
+    fn policy_skips(&self, state: &TitleState, revision_archived: bool, tid: Tid) -> Option<&'static str> {
+        match self.inner.policy {
+            UpdatePolicy::FirstRenderPerRevision if revision_archived => Some("the revision already has an archived render"),
+            UpdatePolicy::FirstRenderPerRevision => None,
+            UpdatePolicy::OnePer(interval) => {
+                let last = state.last_tid?;
+                let apart = tid.time().duration_since(last.time()).unwrap_or_else(|e| e.duration());
+                (apart < interval).then_some("a render of the title was archived within the policy's interval")
+            }
+        }
+    }
+
+    /// Where a render of `entry_len` bytes goes: the open block, or a new one when it is full.
+    fn place(&self, state: &TitleState, domain: &Domain, title: &Title, entry_len: i64) -> Placement {
+        let limits = self.inner.limits;
+        let full = state.open_block_revisions as u64 >= limits.max_revisions
+            || (state.open_block_revisions > 0 && (state.open_block_bytes + entry_len) as u64 > limits.max_bytes);
+        let (block, revisions, bytes) = match state.rev_count {
+            None => (0, 1, entry_len),
+            Some(_) if full => (state.open_block + 1, 1, entry_len),
+            Some(_) => (state.open_block, state.open_block_revisions + 1, state.open_block_bytes + entry_len),
+        };
+        let key = BlockKey { domain: domain.as_str().to_owned(), title: title.as_str().to_owned(), block };
+        Placement { key, slot: state.rev_count.unwrap_or(0), revisions, bytes }
+    }
+
+    /// Takes the slot with a conditional batch on the title's counter that
+    /// also writes the render's metadata row. Whether it was taken.
+    async fn take_slot(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        tid: Tid,
+        state: &TitleState,
+        place: &Placement,
+    ) -> Result<bool, ArchiveError> {
+        let last_tid = match state.last_tid {
+            Some(last) if last.time() > tid.time() => last,
+            _ => tid,
+        };
+        let [d, t] = key_values(domain, title);
+        let cas = Cas {
+            table: &ARCHIVE_META,
+            partition: vec![d.clone(), t.clone()],
+            clustering: None,
+            condition: Condition::Equals(vec![(col::REV_COUNT, state.rev_count.map_or(Value::Null, Value::from))]),
+            writes: vec![
+                Write::Upsert(
+                    Upsert::new(&ARCHIVE_META, [d.clone(), t.clone()])
+                        .set(col::REV_COUNT, place.slot + 1)
+                        .set(col::OPEN_BLOCK, place.key.block)
+                        .set(col::OPEN_BLOCK_REVISIONS, place.revisions)
+                        .set(col::OPEN_BLOCK_BYTES, place.bytes)
+                        .set(col::LAST_TID, last_tid),
+                ),
+                Write::Upsert(
+                    Upsert::new(&ARCHIVE_META, [d, t, Value::from(rev.as_i64()), Value::from(tid)])
+                        .set(col::BLOCK, place.key.block)
+                        .set(col::SLOT, place.slot),
+                ),
+            ],
+        };
+        Ok(self.inner.store.cas(cas).await?.applied)
+    }
+
+    /// Keeps the cache's copy of the open block in step with an append.
+    fn remember_append(&self, key: &BlockKey, previous: Option<Arc<DecodedEntry>>, added: Arc<DecodedEntry>) {
+        let cached = self.inner.cache.get(key);
+        let mut entries = match (&cached, &previous) {
+            (Some(block), Some(prev)) if block.entries.last().map(|e| e.slot) == Some(prev.slot) => block.entries.clone(),
+            (_, None) => Vec::new(),
+            _ => return,
+        };
+        entries.push(added);
+        self.inner.cache.insert(key.clone(), Arc::new(DecodedBlock { entries, complete: true }));
+    }
+
+    fn schedule_after_append(&self, before: TitleState, place: Placement) {
+        let queue = &self.inner.queue;
+        // The block the title just left is full: compact it for good.
+        if before.rev_count.is_some() && place.key.block != before.open_block {
+            queue.schedule_now(BlockKey { block: before.open_block, ..place.key.clone() }, self.inner.seal_level);
+        }
+        // Keep the chain of the open block at most as long as its compacted part:
+        // each render is recompressed about twice over the block's life (linear).
+        if place.revisions >= 4 && (place.revisions as u64).is_power_of_two() {
+            queue.schedule_now(place.key.clone(), GROWTH_LEVEL);
+        }
+        queue.schedule_settle(place.key, self.inner.seal_level);
+    }
+
+    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
+        let [d, t] = key_values(domain, title);
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        self.inner
+            .store
+            .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set(col::SUPPRESSED_AT, Value::Timestamp(now)))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ArchiveError> {
+        let [d, t] = key_values(domain, title);
+        Ok(self
+            .inner
+            .store
+            .get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT]))
+            .await?
+            .is_some())
+    }
+}
