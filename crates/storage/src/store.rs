@@ -51,6 +51,15 @@ pub trait Engine: Send + Sync + Debug {
         crate::clock::Clock::now_micros(&crate::clock::SystemClock)
     }
 
+    /// The most writes one batch of [`Store::apply_grouped`] carries. This
+    /// default is Cassandra's: a logged batch of a few dozen rows stays far
+    /// below `batch_size_fail_threshold` (50 KB) with rows of a few hundred
+    /// bytes. The embedded engine, where a batch is one SQLite transaction and
+    /// larger ones load faster, answers more. A wrapper forwards it.
+    fn batch_writes(&self) -> usize {
+        48
+    }
+
     /// Creates the tables that do not exist; fails if one exists with another shape.
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()>;
 
@@ -267,6 +276,26 @@ impl Store {
         let result = self.timed("apply", self.engine.apply(writes)).await;
         self.note_write(&result);
         result
+    }
+
+    /// Applies groups of writes in order, each group whole in one atomic
+    /// batch and as many groups to a batch as the engine's batch size allows
+    /// ([`Engine::batch_writes`]; a larger group goes alone). A failure
+    /// leaves the batches before it applied: the caller orders its groups so
+    /// that every such prefix is safe and a retry completes it.
+    pub async fn apply_grouped(&self, groups: Vec<Vec<Write>>) -> StoreResult<()> {
+        let most = self.engine.batch_writes();
+        let mut batch: Vec<Write> = Vec::new();
+        for group in groups.into_iter().filter(|g| !g.is_empty()) {
+            if !batch.is_empty() && batch.len() + group.len() > most {
+                self.apply(std::mem::take(&mut batch)).await?;
+            }
+            batch.extend(group);
+        }
+        if !batch.is_empty() {
+            self.apply(batch).await?;
+        }
+        Ok(())
     }
 
     /// Applies writes in ordered stages (see [`Engine::apply_in_stages`]):

@@ -27,8 +27,9 @@ use revstore_storage::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::edge::{StoredEdge, dependency_row, dependent_delete, dependent_row};
 use crate::error::GraphError;
-use crate::graph::{Graph, StoredEdge, bucket};
+use crate::graph::Graph;
 
 /// Which table a step scans (the other is where it looks edges up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -198,26 +199,12 @@ impl Direction {
 
 /// The read of an edge's `graph_dependents` row.
 fn dependents_row(edge: &OneSidedEdge) -> ReadQuery {
-    ReadQuery::new(
-        &DEPENDENTS,
-        [
-            Value::from(edge.domain.as_str()),
-            Value::from(edge.parent.as_str()),
-            Value::from(edge.kind.as_str()),
-            Value::from(edge.priority),
-            Value::from(bucket(&edge.child)),
-        ],
-    )
-    .slice(Slice::prefix([Value::from(edge.child.as_str())]))
+    dependent_row(&edge.domain, &edge.parent, &edge.kind, edge.priority, &edge.child)
 }
 
 /// The read of an edge's `graph_dependencies` row.
 fn dependencies_row(edge: &OneSidedEdge) -> ReadQuery {
-    ReadQuery::new(&DEPENDENCIES, [Value::from(edge.domain.as_str()), Value::from(edge.child.as_str())]).slice(Slice::prefix([
-        Value::from(edge.priority),
-        Value::from(edge.kind.as_str()),
-        Value::from(edge.parent.as_str()),
-    ]))
+    dependency_row(&edge.domain, &edge.child, edge.priority, &edge.kind, &edge.parent)
 }
 
 enum Partition {
@@ -389,11 +376,10 @@ impl Graph {
             let by_child = by_child.first().map(StoredEdge::of).transpose()?;
             let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();
             let writes = match (by_child, by_parent) {
-                (Some(stored), _) if stored.is_ghost() => Graph::remove_edge(&domain, &edge.child, &stored, at),
-                (Some(stored), false) => Graph::put_edge(&domain, &edge.child, &stored, &[], at),
+                (Some(stored), _) if stored.is_ghost() => stored.remove(&domain, &edge.child, at),
+                (Some(stored), false) => stored.put(&domain, &edge.child, &[], at),
                 (None, true) => {
-                    let row = dependents_row(&edge);
-                    vec![Delete::row(&DEPENDENTS, row.partition, [Value::from(edge.child.as_str())]).timestamp(at).into()]
+                    vec![dependent_delete(&edge.domain, &edge.parent, &edge.kind, edge.priority, &edge.child).timestamp(at).into()]
                 }
                 // In step again (a client wrote meanwhile).
                 _ => return Ok(false),

@@ -22,6 +22,7 @@
 
 mod changes;
 pub mod consistency;
+pub mod edge;
 pub mod error;
 pub mod graph;
 pub mod janitor;

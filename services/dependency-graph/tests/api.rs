@@ -282,9 +282,7 @@ async fn the_openapi_document_matches_the_service() {
 /// direction, stepping through the tables by token range.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_divergence_between_the_two_directions_is_found() {
-    use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENTS};
-    use revstore_storage::Delete;
-    use revstore_storage::Value as Cell;
+    use revstore_dependency_graph::edge::{dependency_delete, dependent_delete};
     let (s, _guard) = common::preloaded(Engine::Embedded, &[], |graph| async move {
         let edge = |parent: &str| Edge {
             parent: parent.into(),
@@ -296,23 +294,8 @@ async fn a_divergence_between_the_two_directions_is_found() {
         let edges: Vec<_> = (0..300).map(|i| (common::title(&format!("Page {i}")), edge(&format!("Template:T{}", i % 5)))).collect();
         graph.add_edges(&common::domain(), &edges, revstore_keys::TitleRules::default()).await.expect("load");
         // Page_17's edge loses its by-parent row; Page_42's its by-child row.
-        let d = Cell::from(DOMAIN);
-        let lost_dependent = Delete::row(
-            &DEPENDENTS,
-            [
-                d.clone(),
-                Cell::from("Template:T2"),
-                Cell::from("modification"),
-                Cell::from(7i64),
-                Cell::from(revstore_dependency_graph::graph::bucket("Page_17")),
-            ],
-            [Cell::from("Page_17")],
-        );
-        let lost_dependency = Delete::row(
-            &DEPENDENCIES,
-            [d, Cell::from("Page_42")],
-            [Cell::from(7i64), Cell::from("modification"), Cell::from("Template:T2")],
-        );
+        let lost_dependent = dependent_delete(DOMAIN, "Template:T2", "modification", 7, "Page_17");
+        let lost_dependency = dependency_delete(DOMAIN, "Page_42", 7, "modification", "Template:T2");
         graph.store().apply(vec![lost_dependent.into(), lost_dependency.into()]).await.expect("diverge");
     })
     .await;

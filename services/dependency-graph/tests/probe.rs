@@ -338,18 +338,8 @@ async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
         graph.add_edges(&common::domain(), &edges, revstore_keys::TitleRules::default()).await.expect("load");
         // One-sided: the by-parent rows of every 100th parent are lost.
         let lost = (0..PARENTS).step_by(100).map(|i| {
-            revstore_storage::Delete::row(
-                &revstore_schema::tables::dependency_graph::DEPENDENTS,
-                [
-                    revstore_storage::Value::from(DOMAIN),
-                    revstore_storage::Value::from(format!("Template:Part_{i}")),
-                    revstore_storage::Value::from("modification"),
-                    revstore_storage::Value::from(100i64),
-                    revstore_storage::Value::from(revstore_dependency_graph::graph::bucket("Wide_child")),
-                ],
-                [revstore_storage::Value::from("Wide_child")],
-            )
-            .into()
+            revstore_dependency_graph::edge::dependent_delete(DOMAIN, &format!("Template:Part_{i}"), "modification", 100, "Wide_child")
+                .into()
         });
         graph.store().apply(lost.collect()).await.expect("diverge");
     })

@@ -1,0 +1,279 @@
+//! The graph: replacing a page's dependency set by diff, listing in both
+//! directions, recording changes and answering pull checks.
+//!
+//! Layout (tables in `revstore_schema::tables::dependency_graph`, design in
+//! `docs/design/dependency-graph.md`):
+//! - by child: one partition per page, its edges priority descending;
+//! - by parent: one partition per (parent, type, priority, bucket), where the
+//!   bucket is a hash of the child (`BUCKETS` of them), so ten million
+//!   dependents of a template spread over at least 32 partitions; a
+//!   directory partition per (parent, type) lists the (priority, bucket)
+//!   partitions in listing order;
+//! - changes: the latest change time of each page, by type and selector,
+//!   written once per change (O(1) whatever the number of dependents) and
+//!   compared with each edge's `last_updated` by the pull check.
+//!
+//! Every write of an edge touches both directions in one batch (logged on
+//! Cassandra); a page's edges are written a few at a time, each edge whole in
+//! one batch, so a batch stays far below Cassandra's size limits. Every change
+//! of one page's edges holds the page (`writer.rs`) and writes at the page's
+//! clock, so changes of a page never interleave and a removal always lands
+//! above what it removes.
+//!
+//! Listings are bounded twice: by their item count and by [`PAGE_BYTES`] (a
+//! page is cut early and says `next`), and they read [`READ_ROWS`] rows at a
+//! time, at most [`LISTINGS_AT_ONCE`] of them at once, so what an anonymous
+//! reader makes the service hold is bounded whatever was written.
+//!
+//! # Modules
+//! Keys and an edge's writes are [`crate::edge`]'s. This module holds the
+//! graph and its writes of a page's edge set; [`listing`] lists both
+//! directions and [`pull`] records changes and answers pull checks.
+
+mod listing;
+mod pull;
+
+pub use listing::DependentsQuery;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use revstore_api::ChangeKind;
+use revstore_api::graph::{Edge, Replaced};
+use revstore_keys::{Domain, Title, TitleRules};
+use revstore_schema::tables::dependency_graph::{DEPENDENCIES, col};
+use revstore_storage::value::decode_values;
+use revstore_storage::{Delete, ReadOrder, ReadQuery, Row, Slice, Store, Write, slices_after};
+use tokio::sync::Semaphore;
+
+use crate::edge::{StoredEdge, dependencies_key, kind_name};
+use crate::error::GraphError;
+
+/// The most a listing page's items may weigh (titles and selectors, about
+/// what they take in the answer's JSON): a page is cut before the item that
+/// would pass it, and always holds at least one.
+pub const PAGE_BYTES: usize = 1024 * 1024;
+
+/// Rows one storage read of a listing takes. An edge's row holds at most
+/// about 131 KB (two selectors of 256 ids of 256 bytes), so one read holds at
+/// most about 17 MB, and a listing at most that and its page.
+pub const READ_ROWS: u32 = 128;
+
+/// Listings (dependents, dependencies, pull checks) served at once; more
+/// wait their turn (within the request timeout). With [`READ_ROWS`] and
+/// [`PAGE_BYTES`], this bounds what listings hold in all to about 300 MB in
+/// the worst case (rows of the largest selectors), a few MB in practice.
+pub const LISTINGS_AT_ONCE: usize = 16;
+
+/// Directory entries one listing page visits: an emptied (priority, bucket)
+/// partition costs a read that finds nothing, so past this many the page
+/// ends early with its `next`, and the janitor's graph task prunes them.
+pub const DIRECTORY_ENTRIES_PER_PAGE: usize = 256;
+
+/// The change rows of a page that are not a fragment's (fragment ids have no
+/// control characters, so these sort before every one of them, after `""`):
+/// - `ANY`: the page's latest change of any fragment or of the whole page,
+///   written with every change, so an edge that uses the whole parent, or
+///   one whose parent changed nothing since its last update, needs no
+///   fragment row read;
+/// - `FORGOTTEN`: the latest change among the fragment rows the janitor's
+///   retention removed; an edge not updated since then is taken as stale
+///   (a re-render too many, never one missed).
+pub(crate) const ANY: &str = "\u{1}";
+pub(crate) const FORGOTTEN: &str = "\u{2}";
+
+/// An edge naming at most this many fragments has their change rows read one
+/// by one; one naming more has its parent's fragment rows streamed.
+const POINT_READ_FRAGMENTS: usize = 32;
+
+/// How far in the future a change or an update may be dated (clock skew).
+const MAX_FUTURE: Duration = Duration::from_secs(300);
+
+/// The graph of one deployment. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    store: Store,
+    /// The most edges one page may have.
+    max_edges: usize,
+    /// Turns for listings (see [`LISTINGS_AT_ONCE`]).
+    listings: Arc<Semaphore>,
+}
+
+impl Graph {
+    pub fn new(store: Store, max_edges: usize) -> Self {
+        Graph { store, max_edges, listings: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)) }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The slices of a page's dependencies a listing in `order` reads from
+    /// its cursor on (sealed for `scope`: the last edge it listed).
+    fn resume_after(&self, scope: &str, cursor: Option<&str>, order: ReadOrder) -> Result<Vec<Slice>, GraphError> {
+        let Some(cursor) = cursor else { return Ok(vec![Slice::all()]) };
+        let after =
+            decode_values(&self.store.open_cursor(scope, cursor)?).map_err(|_| GraphError::Invalid("cursor does not parse".into()))?;
+        Ok(slices_after(&DEPENDENCIES, &after, order))
+    }
+
+    /// `micros`, unless it is further ahead of the store's time than the allowed clock skew.
+    fn not_in_the_future(&self, name: &str, micros: i64) -> Result<i64, GraphError> {
+        if micros > self.store.now_micros() + MAX_FUTURE.as_micros() as i64 {
+            return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_FUTURE.as_secs())));
+        }
+        Ok(micros)
+    }
+
+    /// A turn to list (see [`LISTINGS_AT_ONCE`]).
+    async fn listing_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, GraphError> {
+        self.listings.acquire().await.map_err(GraphError::internal)
+    }
+
+    /// Every row of a page's edges (at most `max_edges`, more only if an
+    /// older setting allowed it), priority descending, ghosts included.
+    async fn edge_rows_of(&self, domain: &Domain, child: &Title) -> Result<Vec<StoredEdge>, GraphError> {
+        let query = ReadQuery::new(&DEPENDENCIES, dependencies_key(domain.as_str(), child.as_str())).limit(1000);
+        let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
+        rows.iter().map(StoredEdge::of).collect()
+    }
+
+    /// Replaces a page's dependency set with `edges`, writing only what
+    /// differs from what is stored, holding the page.
+    pub async fn replace(&self, domain: &Domain, child: &Title, edges: &[Edge], titles: TitleRules) -> Result<Replaced, GraphError> {
+        if edges.len() > self.max_edges {
+            return Err(GraphError::TooManyEdges { given: edges.len(), max: self.max_edges });
+        }
+        let mut wanted: BTreeMap<(ChangeKind, String), StoredEdge> = BTreeMap::new();
+        for edge in edges {
+            let stored = StoredEdge::checked(child, edge, titles, None)?;
+            let parent = stored.parent.clone();
+            if wanted.insert((edge.kind, stored.parent.clone()), stored).is_some() {
+                return Err(GraphError::Invalid(format!(
+                    "{} appears twice with type {}: one edge per parent and type, its selectors naming every fragment",
+                    parent,
+                    kind_name(edge.kind)
+                )));
+            }
+        }
+        let (owned_domain, owned_child) = (domain.clone(), child.clone());
+        self.changing(domain, child.as_str(), move |graph, at| async move {
+            let (domain, child) = (owned_domain, owned_child);
+            let stored = graph.edge_rows_of(&domain, &child).await?;
+            let (outcome, groups) = Self::diff(&domain, child.as_str(), stored, &wanted, at);
+            graph.store.apply_grouped(groups).await?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    /// The writes that turn `stored` (a page's rows) into `wanted`, at write
+    /// timestamp `at`, and what they change.
+    fn diff(
+        domain: &Domain,
+        child: &str,
+        stored: Vec<StoredEdge>,
+        wanted: &BTreeMap<(ChangeKind, String), StoredEdge>,
+        at: i64,
+    ) -> (Replaced, Vec<Vec<Write>>) {
+        let now_ms = at / 1000;
+        let mut outcome = Replaced::default();
+        let mut groups: Vec<Vec<Write>> = Vec::new();
+        let mut removals: Vec<Vec<Write>> = Vec::new();
+        let mut seen: BTreeSet<(ChangeKind, String)> = BTreeSet::new();
+        // Rows of the same key as a wanted edge, left by an update that
+        // outlived its edge (before schema 7): overwritten whole.
+        let mut ghost_keys: BTreeSet<(i64, ChangeKind, String)> = BTreeSet::new();
+        for old in &stored {
+            let key = (old.kind, old.parent.clone());
+            if old.is_ghost() {
+                match wanted.get(&key) {
+                    Some(new) if new.priority == old.priority => {
+                        ghost_keys.insert((old.priority, old.kind, old.parent.clone()));
+                    }
+                    _ => removals.push(old.remove(domain, child, at)),
+                }
+                continue;
+            }
+            match wanted.get(&key) {
+                None => {
+                    outcome.removed += 1;
+                    removals.push(old.remove(domain, child, at));
+                }
+                Some(new) => {
+                    seen.insert(key);
+                    let same_data = new.parent_selector == old.parent_selector && new.child_selector == old.child_selector;
+                    if new.priority == old.priority && same_data {
+                        outcome.unchanged += 1;
+                        continue;
+                    }
+                    outcome.changed += 1;
+                    let replacement = StoredEdge { last_updated: old.last_updated, created: old.created.or(Some(now_ms)), ..new.clone() };
+                    let mut group = Vec::new();
+                    let mut clears = Vec::new();
+                    if new.priority != old.priority {
+                        // A new row: nothing of the old one to clear.
+                        group.extend(old.remove(domain, child, at));
+                    } else {
+                        if old.parent_selector.is_some() && new.parent_selector.is_none() {
+                            clears.push(col::PARENT_SELECTOR);
+                        }
+                        if old.child_selector.is_some() && new.child_selector.is_none() {
+                            clears.push(col::CHILD_SELECTOR);
+                        }
+                    }
+                    group.extend(replacement.put(domain, child, &clears, at));
+                    groups.push(group);
+                }
+            }
+        }
+        for (key, new) in wanted {
+            if !seen.contains(key) {
+                outcome.added += 1;
+                let over_ghost = ghost_keys.contains(&(new.priority, new.kind, new.parent.clone()));
+                let clears: &[&'static str] =
+                    if over_ghost { &[col::PARENT_SELECTOR, col::CHILD_SELECTOR, col::LAST_UPDATED] } else { &[] };
+                groups.push(StoredEdge { created: Some(now_ms), ..new.clone() }.put(domain, child, clears, at));
+            }
+        }
+        // Additions first, removals last: a crash midway leaves an edge too
+        // many (a re-render too many), not one missing (a page left stale),
+        // and the retried write completes the set.
+        groups.extend(removals);
+        (outcome, groups)
+    }
+
+    /// Adds edges without reading what is stored or holding the pages (a bulk
+    /// load: importing a wiki's link tables, seeding a benchmark, with no
+    /// other writer). An edge already stored with the same priority is
+    /// overwritten; one with another priority is not removed, so use
+    /// [`Graph::replace`] for pages that already have edges.
+    pub async fn add_edges(&self, domain: &Domain, edges: &[(Title, Edge)], titles: TitleRules) -> Result<(), GraphError> {
+        let now = self.store.now_micros();
+        let mut groups = Vec::with_capacity(edges.len());
+        for (child, edge) in edges {
+            let stored = StoredEdge::checked(child, edge, titles, Some(now / 1000))?;
+            groups.push(stored.put(domain, child.as_str(), &[], now));
+        }
+        Ok(self.store.apply_grouped(groups).await?)
+    }
+
+    /// Removes a page's dependencies from both directions, holding the page.
+    /// The by-parent rows go first and the page's own partition last, so a
+    /// crash midway leaves the page's set to find and remove again. Answers
+    /// how many edges it had.
+    pub async fn remove_page(&self, domain: &Domain, child: &Title) -> Result<u64, GraphError> {
+        let (owned_domain, owned_child) = (domain.clone(), child.clone());
+        self.changing(domain, child.as_str(), move |graph, at| async move {
+            let (domain, child) = (owned_domain, owned_child);
+            let stored = graph.edge_rows_of(&domain, &child).await?;
+            let groups = stored.iter().map(|edge| vec![edge.remove_dependent(&domain, child.as_str(), at)]).collect();
+            graph.store.apply_grouped(groups).await?;
+            graph.store.write(Delete::partition(&DEPENDENCIES, dependencies_key(domain.as_str(), child.as_str())).timestamp(at)).await?;
+            Ok(stored.iter().filter(|e| !e.is_ghost()).count() as u64)
+        })
+        .await
+    }
+}
