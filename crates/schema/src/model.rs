@@ -160,7 +160,9 @@ impl TableDef {
     }
 }
 
-fn is_identifier(s: &str) -> bool {
+/// Whether `s` is a name revstore gives a keyspace, table or column: lower
+/// case, starting with a letter, at most 48 characters (CQL's limit).
+pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_')) && s.len() <= 48
 }

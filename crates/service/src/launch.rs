@@ -5,7 +5,7 @@
 //! value ([`Service`]: its platform, router and workers). A binary serves one
 //! ([`service_main`]); a process can serve several side by side, each with its
 //! own store and listener ([`serve_all`]); the test harness builds them the
-//! same way. A job ([`job_main`]) gets the same telemetry, store and shutdown
+//! same way. A job ([`run_task`], the janitor) gets the same shutdown
 //! signal, no listener, and ends with an exit code.
 
 use std::pin::Pin;
@@ -15,13 +15,13 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::MethodRouter;
 use revstore_schema::Component;
-use revstore_storage::{StorageSettings, Store, StoreError};
+use revstore_storage::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::janitor_admin::{JanitorAdmin, Sweep};
 use crate::server::Platform;
-use crate::settings::{CommonArgs, ServiceSettings, StorageArgs, exit_on_settings_error, parse_args_or_exit};
+use crate::settings::{CommonArgs, ServiceSettings, exit_on_settings_error, parse_args_or_exit};
 
 /// A start-up failure, as a message for the operator.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -286,20 +286,6 @@ async fn serve_main<D: ServiceDefinition>(
     code
 }
 
-/// The command line of a job binary: its own settings and the storage ones.
-pub trait JobArgs: clap::Parser + Send + 'static {
-    fn storage(&self) -> &StorageArgs;
-}
-
-/// What a job runs with: the store (its schema checked) and the signal to
-/// stop at the next safe point.
-#[derive(Debug, Clone)]
-pub struct JobContext {
-    pub store: Store,
-    /// Cancelled on SIGTERM or Ctrl-C (a CronJob's pod being stopped).
-    pub stop: CancellationToken,
-}
-
 /// How a job ended, when it did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobOutcome {
@@ -311,42 +297,6 @@ pub enum JobOutcome {
 
 /// The exit code of a job stopped before it finished (EX_TEMPFAIL: run again).
 pub const EXIT_INTERRUPTED: u8 = 75;
-
-/// Runs a job on the storage `storage` names (settings errors are the
-/// caller's, exit 64): checks that every component in
-/// `schemas` is at a version this build can use, runs `job` with a stop token
-/// cancelled when `shutdown` resolves, and answers its exit code: 0
-/// completed, 75 interrupted, 1 failed (the error logged once, with its cause).
-pub async fn run_job<F, Fut>(
-    name: &'static str,
-    storage: StorageSettings,
-    schemas: &[&'static Component],
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    job: F,
-) -> ExitCode
-where
-    F: FnOnce(JobContext) -> Fut,
-    Fut: Future<Output = Result<JobOutcome, BoxError>>,
-{
-    let opened = async {
-        let store = revstore_storage::open(storage).await.map_err(|e| format!("cannot open storage: {e}"))?.for_service(name);
-        for schema in schemas {
-            store.check_schema(schema).await.map_err(|e| match e {
-                StoreError::SchemaMismatch(msg) => format!("storage schema: {msg}"),
-                other => format!("checking the schema of {}: {other}", schema.name),
-            })?;
-        }
-        Ok::<_, BoxError>(store)
-    };
-    let store = match opened.await {
-        Ok(store) => store,
-        Err(e) => {
-            tracing::error!(job = name, error = %e, "job cannot start");
-            return ExitCode::from(1);
-        }
-    };
-    run_task(name, shutdown, |stop| job(JobContext { store, stop })).await
-}
 
 /// Runs a job that needs no store of its own (the janitor drives services
 /// over HTTP): `job` gets a stop token cancelled when `shutdown` resolves; the
@@ -383,29 +333,4 @@ where
             ExitCode::from(1)
         }
     }
-}
-
-/// The `main` of a job binary: parses the command line (exit 64), starts
-/// telemetry (70), then [`run_job`] until done or SIGTERM.
-pub async fn job_main<A, F, Fut>(name: &'static str, schemas: &[&'static Component], job: F) -> ExitCode
-where
-    A: JobArgs,
-    F: FnOnce(A, JobContext) -> Fut,
-    Fut: Future<Output = Result<JobOutcome, BoxError>>,
-{
-    let args: A = parse_args_or_exit();
-    let telemetry = match revstore_telemetry::init(name) {
-        Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("revstore-{name}: {e}");
-            return ExitCode::from(70);
-        }
-    };
-    let storage = match args.storage().resolve() {
-        Ok(s) => s,
-        Err(e) => exit_on_settings_error(&format!("revstore-{name}"), e),
-    };
-    let code = run_job(name, storage, schemas, crate::server::shutdown_signal(), |context| job(args, context)).await;
-    telemetry.shutdown();
-    code
 }

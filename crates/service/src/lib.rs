@@ -20,7 +20,7 @@
 //!   [`server::serve`] with its graceful shutdown.
 //! - [`launch`]: a service as a value ([`ServiceDefinition`] builds a
 //!   [`Service`] from a [`Context`]), serving one ([`service_main`]) or several
-//!   in one process ([`serve_all`]), and the job entry point ([`job_main`]).
+//!   in one process ([`serve_all`]), and a job run to an exit code ([`run_task`]).
 //! - [`worker`]: background loops as [`worker::Worker`]s, with their states,
 //!   failure pauses and metrics in one place.
 //! - [`janitor_admin`]: what every service answers the janitor: the run
@@ -46,8 +46,8 @@ pub mod worker;
 
 pub use access::{Access, WriteAccess};
 pub use launch::{
-    BoxError, Context, EXIT_INTERRUPTED, JobArgs, JobContext, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, build,
-    job_main, open_store, run_job, run_task, serve_all, service_main,
+    BoxError, Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, build, open_store,
+    run_task, serve_all, service_main,
 };
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};

@@ -502,13 +502,6 @@ pub struct ScanRows {
     pub next: Option<ScanPosition>,
 }
 
-/// One page of a token-ordered partition scan.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ScanPage {
-    pub partitions: Vec<ScannedPartition>,
-    pub next: Option<String>,
-}
-
 /// What an engine holds of some partitions of a table, counted for storage
 /// audits in value bytes ([`Value::stored_len`](crate::Value::stored_len)) of
 /// clustering, regular and static cells (partition keys are not counted).

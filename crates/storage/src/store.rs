@@ -12,8 +12,8 @@ use crate::error::{StoreError, StoreResult};
 use futures_util::{Stream, StreamExt};
 
 use crate::ops::{
-    Cas, CasOutcome, Condition, DeleteTarget, Holdings, Page, PurgeStats, ReadQuery, ScanPage, ScanPosition, ScanQuery, ScanRows,
-    ScannedPartition, Slice, Upsert, Write,
+    Cas, CasOutcome, Condition, DeleteTarget, Holdings, Page, PurgeStats, ReadQuery, ScanPosition, ScanQuery, ScanRows, ScannedPartition,
+    Slice, Upsert, Write,
 };
 use crate::value::{Row, Value, decode_values, encode_values};
 
@@ -442,22 +442,6 @@ impl Store {
             let next = step.next.map(|after| query.clone().after(Some(after)));
             Ok((step.partitions, next))
         })
-    }
-
-    /// Scans partitions of the whole ring in token order, a page at a time,
-    /// with a sealed page token for clients (valid for this table's scan only).
-    pub async fn scan(&self, table: &'static TableDef, page_token: Option<&str>, limit: u32) -> StoreResult<ScanPage> {
-        let scope = format!("scan|{}", table.name).into_bytes();
-        let after = match page_token {
-            Some(token) => {
-                let payload = self.tokens.open(&scope, token).map_err(StoreError::BadPageToken)?;
-                Some(ScanPosition::from_bytes(&payload).map_err(|_| StoreError::invalid("page token is not a scan position"))?)
-            }
-            None => None,
-        };
-        let rows = self.scan_range(&ScanQuery::new(table, limit).after(after)).await?;
-        let next = rows.next.map(|p| self.tokens.seal(&scope, &p.to_bytes()));
-        Ok(ScanPage { partitions: rows.partitions, next })
     }
 
     pub async fn ping(&self) -> StoreResult<()> {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use revstore_schema::model::ColumnType::{BigInt, Blob, Text};
 use revstore_schema::{Column as C, Compaction, Order, TableDef};
-use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Slice, Store, StoreError, Upsert, Value, Write};
+use revstore_storage::{
+    Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, ScanQuery, Slice, Store, StoreError, Upsert, Value, Write,
+};
 
 static BLOBS: TableDef = TableDef {
     name: "blobs",
@@ -237,7 +239,8 @@ async fn a_reused_partition_id_carries_nothing_over() {
     let cs = |rows: Vec<revstore_storage::Row>| rows.iter().map(|r| r.bigint("c").expect("c")).collect::<Vec<_>>();
     assert_eq!(cs(store.read(&ReadQuery::new(&BLOBS, [Value::from("new")])).await.expect("read").rows), vec![9]);
     assert!(store.read(&ReadQuery::new(&BLOBS, [Value::from("gone")])).await.expect("read").rows.is_empty());
-    let scanned: Vec<Vec<Value>> = store.scan(&BLOBS, None, 10).await.expect("scan").partitions.into_iter().map(|p| p.key).collect();
+    let scanned: Vec<Vec<Value>> =
+        store.scan_range(&ScanQuery::new(&BLOBS, 10)).await.expect("scan").partitions.into_iter().map(|p| p.key).collect();
     assert_eq!(scanned.len(), 2);
     assert!(scanned.contains(&vec![Value::from("first")]) && scanned.contains(&vec![Value::from("new")]), "{scanned:?}");
 }

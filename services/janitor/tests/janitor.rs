@@ -19,7 +19,7 @@ use revstore_schema::tables::current_store::CURRENT;
 use revstore_schema::tables::dependency_graph::DEPENDENTS;
 use revstore_schema::tables::janitor::CHECKPOINTS;
 use revstore_storage::testing::TestKeyspace;
-use revstore_storage::{Delete, EmbeddedEngine, EmbeddedOptions, ManualClock, Store, Upsert, Value};
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, Store, Upsert, Value};
 use revstore_test_service::{Engine, Service, start_with_store};
 use serde_json::{Value as Json, json};
 
@@ -250,18 +250,11 @@ async fn a_graph_divergence_is_found_and_repaired(engine: Engine) {
         assert_eq!(r.status(), 200);
     }
     // A dependents row lost, and an orphan one no page lists.
-    let bucket = |child: &str| revstore_dependency_graph::graph::bucket(child);
-    let row_key = |parent: &str, priority: i64, child: &str| {
-        (
-            vec![Value::from(DOMAIN), Value::from(parent), Value::from("modification"), Value::from(priority), Value::from(bucket(child))],
-            child.to_owned(),
-        )
-    };
-    let (lost, child) = row_key("Template:Cite", 10, "Page_B");
-    s.graph_store.write(Delete::row(&DEPENDENTS, lost, [Value::from(child)])).await.expect("lose a row");
-    let (orphan, child) = row_key("Template:Box", 900, "Page_Gone");
+    use revstore_dependency_graph::edge::{dependent_delete, dependents_partition_of};
+    s.graph_store.write(dependent_delete(DOMAIN, "Template:Cite", "modification", 10, "Page_B")).await.expect("lose a row");
+    let orphan = dependents_partition_of(DOMAIN, "Template:Box", "modification", 900, "Page_Gone");
     s.graph_store
-        .write(Upsert::new(&DEPENDENTS, orphan.into_iter().chain([Value::from(child)])).set("created", Value::Timestamp(0)))
+        .write(Upsert::new(&DEPENDENTS, orphan.into_iter().chain([Value::from("Page_Gone")])).set("created", Value::Timestamp(0)))
         .await
         .expect("orphan");
     let dependents = |parent: &str| {

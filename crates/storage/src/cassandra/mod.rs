@@ -144,7 +144,7 @@ impl std::fmt::Debug for CassandraEngine {
 impl CassandraEngine {
     /// Connects to the cluster. The keyspace is created by [`Engine::ensure_tables`].
     pub async fn connect(options: CassandraOptions) -> StoreResult<Self> {
-        if !is_identifier(&options.keyspace) {
+        if !revstore_schema::model::is_identifier(&options.keyspace) {
             return Err(StoreError::invalid(format!("keyspace {:?} is not a lower-case identifier", options.keyspace)));
         }
         let profile = ExecutionProfile::builder()
@@ -562,11 +562,6 @@ impl CassandraEngine {
 /// above a later write; a condition must never run twice.
 fn is_idempotent(cql: &str) -> bool {
     cql.starts_with("SELECT") || (cql.contains("TIMESTAMP ?") && !cql.contains(" IF "))
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_')) && s.len() <= 48
 }
 
 /// Errors from a request, by who must act.
