@@ -14,12 +14,65 @@ pub const MAX_LEASE_SECS: u64 = 3600;
 /// The most partitions one step may visit.
 pub const MAX_STEP_PARTITIONS: u32 = 10_000;
 
+/// The janitor's tasks; a service offers a sweep for those it has data for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// Superseded renders out of current-store's `current`, old graph changes.
+    Retention,
+    /// Every revision current-store holds is in old-store.
+    Archive,
+    /// The graph's two directions checked against each other and repaired.
+    Graph,
+    /// What each table holds against what readers are entitled to.
+    Audit,
+}
+
+impl Task {
+    pub const ALL: [Task; 4] = [Task::Retention, Task::Archive, Task::Graph, Task::Audit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Retention => "retention",
+            Task::Archive => "archive",
+            Task::Graph => "graph",
+            Task::Audit => "audit",
+        }
+    }
+}
+
+impl std::str::FromStr for Task {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Task::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
+            format!("no such task; the tasks are: {}", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The problem kinds (`urn:revstore:problem:<kind>`) of the two refusals the
+/// janitor acts on; any other error answer is a failure to it.
+pub mod problems {
+    /// 404 on a step: the service offers no sweep of this task (the janitor skips it).
+    pub const TASK_NOT_OFFERED: &str = "janitor-task-not-offered";
+    /// 409 on a lease or a step: another run holds the lease (the janitor stops).
+    pub const LEASE_HELD: &str = "janitor-lease-held";
+}
+
 /// Paths of the admin calls (no domain: they are about the service's tables).
 pub mod paths {
     /// `POST` takes or renews the lease, `DELETE` gives it back.
     pub const LEASE: &str = "/admin/janitor/lease";
     /// `POST`: one step of a sweep (`{task}` is one of the service's tasks).
-    pub fn step(task: &str) -> String {
+    pub fn step(task: super::Task) -> String {
         format!("/admin/janitor/{task}/step")
     }
     /// `POST`: drop expired data the engine still keeps.

@@ -61,6 +61,17 @@ impl ClientError {
         }
     }
 
+    /// Whether the answer was a problem of this kind (`urn:revstore:problem:<kind>`):
+    /// how a caller tells a refusal it acts on from any other error of the same status.
+    pub fn is_problem(&self, kind: &str) -> bool {
+        match self {
+            ClientError::Status { problem: Some(problem), .. } => {
+                problem.kind.strip_prefix("urn:revstore:problem:").is_some_and(|k| k == kind)
+            }
+            _ => false,
+        }
+    }
+
     /// How long the server asked to be left alone (`Retry-After` in seconds
     /// on a 503 or 429), as it said it.
     pub fn retry_after(&self) -> Option<Duration> {

@@ -201,8 +201,8 @@ impl JanitorClient {
 
     /// One step of one of the service's sweeps. Not retried here: the caller
     /// decides (a step is safe to repeat, it resumes from the checkpoint).
-    pub async fn step(&self, task: &str, request: &StepRequest) -> Result<StepReport, ClientError> {
-        let path = janitor::paths::step(&paths::path_segment(task));
+    pub async fn step(&self, task: janitor::Task, request: &StepRequest) -> Result<StepReport, ClientError> {
+        let path = janitor::paths::step(task);
         let answer = self.http.post_json(&path, request).await?;
         self.decode(&path, answer)
     }

@@ -13,12 +13,14 @@
 pub mod domain;
 pub mod rev;
 pub mod tid;
+pub mod time;
 pub mod title;
 pub mod token;
 
 pub use domain::Domain;
 pub use rev::RevId;
-pub use tid::{Tid, TidGenerator, rfc3339};
+pub use tid::{Tid, TidGenerator};
+pub use time::{MAX_CLOCK_SKEW, rfc3339};
 pub use title::{FirstLetterCase, Title, TitleRules};
 pub use token::{composite_key_bytes, murmur3_token};
 

@@ -94,9 +94,6 @@ impl Tid {
     }
 }
 
-/// How far ahead of this host's clock a render time may lie (clock skew between hosts).
-pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
-
 /// The earliest render time accepted: 2001-01-01T00:00:00Z. No wiki revision
 /// predates MediaWiki's first wiki (Wikipedia opened on 2001-01-15), so an
 /// earlier tid is a client's mistake (a zero or garbage timestamp), and
@@ -105,10 +102,10 @@ pub const EARLIEST_RENDER_TIME: Duration = Duration::from_secs(978_307_200);
 
 impl Tid {
     /// Refuses a tid whose time is implausible as a render time: more than
-    /// [`MAX_CLOCK_SKEW`] after `now`, or before [`EARLIEST_RENDER_TIME`].
+    /// [`crate::time::MAX_CLOCK_SKEW`] after `now`, or before [`EARLIEST_RENDER_TIME`].
     pub fn check_render_time(&self, now: SystemTime) -> Result<(), KeyError> {
         let fail = |reason| KeyError::Tid { input: self.to_string(), reason };
-        if self.time() > now + MAX_CLOCK_SKEW {
+        if self.time() > now + crate::time::MAX_CLOCK_SKEW {
             return Err(fail("it lies in the future, beyond the allowed clock skew of 300 s"));
         }
         if self.time() < UNIX_EPOCH + EARLIEST_RENDER_TIME {
@@ -199,24 +196,6 @@ impl TidGenerator {
         *last = ticks;
         Tid::from_parts(ticks, self.low)
     }
-}
-
-/// A time as RFC 3339 in UTC with microseconds (how render times are shown).
-pub fn rfc3339(time: SystemTime) -> String {
-    let micros = time.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0);
-    let secs = micros.div_euclid(1_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z", rem / 3600, (rem % 3600) / 60, rem % 60, micros.rem_euclid(1_000_000))
 }
 
 #[cfg(test)]

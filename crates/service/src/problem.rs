@@ -124,6 +124,13 @@ impl ApiError {
         }
     }
 
+    /// Names a more specific kind than the status's own, for a refusal a
+    /// client acts on (`urn:revstore:problem:<kind>`).
+    pub fn with_kind(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// Tells the client, in `Retry-After`, when a retry may succeed.
     pub fn with_retry_after(mut self, seconds: u32) -> Self {
         self.retry_after = Some(seconds);

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use clap::Parser;
 use http::StatusCode;
-use revstore_api::janitor::StepReport;
+use revstore_api::janitor::{StepReport, Task};
 use revstore_schema::model::ColumnType::Text;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
-use revstore_service::janitor_admin::{Stepped, Sweep};
-use revstore_service::{ApiError, CommonArgs, Platform, Routes, Service, ServiceArgs};
+use revstore_service::janitor_admin::{Stepped, Sweep, SweepError};
+use revstore_service::{CommonArgs, Platform, Routes, Service, ServiceArgs};
 use revstore_storage::{Delete, ScanPosition, ScanQuery, Store, Upsert, Value};
 use serde_json::{Value as Json, json};
 
@@ -48,12 +48,12 @@ struct StaleNotes {
 
 #[async_trait]
 impl Sweep for StaleNotes {
-    fn task(&self) -> &'static str {
-        "retention"
+    fn task(&self) -> Task {
+        Task::Retention
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, ApiError> {
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose()?;
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
         let scanned = self.store.scan_range(&ScanQuery::new(&NOTES, budget).after(after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         for partition in &scanned.partitions {
@@ -134,6 +134,7 @@ async fn the_lease_is_exclusive_renewable_and_given_back() {
     let (status, refused) = s.post("/admin/janitor/lease", json!({"holder": RUN_B, "ttl_secs": 60})).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(refused["detail"].as_str().expect("detail").contains(RUN_A), "{refused}");
+    assert_eq!(refused["type"], "urn:revstore:problem:janitor-lease-held", "{refused}");
     // The holder renews.
     assert_eq!(s.post("/admin/janitor/lease", json!({"holder": RUN_A, "ttl_secs": 60})).await.0, StatusCode::OK);
     // Giving it back is only the holder's to do.
@@ -155,8 +156,9 @@ async fn the_lease_is_exclusive_renewable_and_given_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_need_the_lease_and_resume_from_the_checkpoint_of_an_earlier_run() {
     let s = start().await;
-    // Without the lease: refused, nothing removed.
-    assert_eq!(s.step(RUN_A, 7, false).await.0, StatusCode::CONFLICT);
+    // Without the lease: refused (a kind the janitor acts on), nothing removed.
+    let (status, refused) = s.step(RUN_A, 7, false).await;
+    assert_eq!((status, refused["type"].as_str()), (StatusCode::CONFLICT, Some("urn:revstore:problem:janitor-lease-held")));
     assert_eq!(s.notes().await, 30);
     assert_eq!(s.post("/admin/janitor/lease", json!({"holder": RUN_A, "ttl_secs": 60})).await.0, StatusCode::OK);
 
@@ -204,8 +206,17 @@ async fn steps_need_the_lease_and_resume_from_the_checkpoint_of_an_earlier_run()
     let (_, again) = s.step(RUN_B, 100, false).await;
     assert_eq!((again["resumed"].clone(), again["partitions"].clone(), again["rows"].clone()), (json!(false), json!(20), json!(0)));
 
-    // Bad steps: unknown task 404, budget out of range 400, not a run id 400.
-    assert_eq!(s.post("/admin/janitor/vacuum/step", json!({"holder": RUN_B, "budget": 5})).await.0, StatusCode::NOT_FOUND);
+    // A task this service does not sweep, or no task at all: 404 of the kind
+    // the janitor skips on; a wrong URL is a plain 404 it does not mistake for one.
+    for task in ["audit", "vacuum"] {
+        let (status, problem) = s.post(&format!("/admin/janitor/{task}/step"), json!({"holder": RUN_B, "budget": 5})).await;
+        assert_eq!((status, problem["type"].as_str()), (StatusCode::NOT_FOUND, Some("urn:revstore:problem:janitor-task-not-offered")));
+        assert!(problem["detail"].as_str().expect("detail").contains("retention"), "{problem}");
+    }
+    let (status, problem) = s.post("/admin/janitr/retention/step", json!({"holder": RUN_B, "budget": 5})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_ne!(problem["type"].as_str(), Some("urn:revstore:problem:janitor-task-not-offered"), "{problem}");
+    // Bad steps: budget out of range 400, not a run id 400.
     assert_eq!(s.step(RUN_B, 0, false).await.0, StatusCode::BAD_REQUEST);
     assert_eq!(s.step(RUN_B, 10_001, false).await.0, StatusCode::BAD_REQUEST);
     assert_eq!(s.step("not-a-run", 5, false).await.0, StatusCode::BAD_REQUEST);

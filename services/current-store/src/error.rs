@@ -46,3 +46,14 @@ impl From<revstore_api::BodyError> for PagesError {
         PagesError::Invalid(e.0)
     }
 }
+
+/// In a janitor sweep, anything but the store's own failures is stored data
+/// the sweep cannot use.
+impl From<PagesError> for revstore_service::janitor_admin::SweepError {
+    fn from(e: PagesError) -> Self {
+        match e {
+            PagesError::Store(e) => e.into(),
+            e => revstore_service::janitor_admin::SweepError::corrupt(e),
+        }
+    }
+}

@@ -24,11 +24,11 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use revstore_api::ArchiveBody;
 use revstore_api::janitor::StepReport;
+use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
 use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, RENDERS, SUPPRESSED, col};
-use revstore_service::ApiError;
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep};
+use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError};
 use revstore_storage::{Delete, ReadQuery, Row, ScanPosition, ScanQuery, ScannedPartition, Store, Value, Write, row_bytes};
 
 use crate::pages::Pages;
@@ -73,13 +73,13 @@ struct Retention {
 
 #[async_trait]
 impl Sweep for Retention {
-    fn task(&self) -> &'static str {
-        "retention"
+    fn task(&self) -> Task {
+        Task::Retention
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, ApiError> {
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose()?;
+        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
         let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         // Every title of the step in one multi-partition read.
@@ -105,13 +105,13 @@ impl Retention {
     /// partition, older than its first row) into the grace tables, in the
     /// write path's order: the `by_tid` copies, then their index rows with the
     /// deletes from `current` (one mutation of the title's partition key).
-    fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Vec<Write>>, ApiError> {
-        let [domain, title] =
-            <[Value; 2]>::try_from(title_key.to_vec()).map_err(|_| ApiError::internal("a current partition key is not (domain, title)"))?;
+    fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Vec<Write>>, SweepError> {
+        let [domain, title] = <[Value; 2]>::try_from(title_key.to_vec())
+            .map_err(|_| SweepError::corrupt("a current partition key is not (domain, title)"))?;
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
         let (mut contents, mut moves) = (Vec::new(), Vec::new());
         for row in leftovers {
-            let id = crate::pages::render_id(row).map_err(ApiError::from)?;
+            let id = crate::pages::render_id(row)?;
             let parts = StoredParts {
                 html: row.blob(col::HTML).unwrap_or_default().to_vec(),
                 data_parsoid: row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
@@ -137,7 +137,7 @@ struct LatestOnly;
 
 #[async_trait]
 impl Entitlement for LatestOnly {
-    async fn ideal(&self, store: &Store, partitions: &[ScannedPartition]) -> Result<(u64, u64), ApiError> {
+    async fn ideal(&self, store: &Store, partitions: &[ScannedPartition]) -> Result<(u64, u64), SweepError> {
         let queries = partitions.iter().map(|p| ReadQuery::new(&CURRENT, p.key.clone()).limit(1)).collect();
         let latest = store.read_many(queries).await?;
         let rows = latest.iter().filter(|rows| !rows.is_empty()).count() as u64;
@@ -155,13 +155,13 @@ struct HandOffCheck {
 
 #[async_trait]
 impl Sweep for HandOffCheck {
-    fn task(&self) -> &'static str {
-        "archive"
+    fn task(&self) -> Task {
+        Task::Archive
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, ApiError> {
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose()?;
+        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
         let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         for partition in &scanned.partitions {
@@ -182,7 +182,7 @@ impl Sweep for HandOffCheck {
                     self.old_store
                         .archive(domain.as_str(), title.as_str(), rev.get(), &found.id.tid.to_string(), &body)
                         .await
-                        .map_err(|e| ApiError::dependency_unavailable("old-store", e))?;
+                        .map_err(|e| SweepError::Dependency { service: "old-store", cause: e.to_string() })?;
                 }
             }
         }
@@ -193,7 +193,7 @@ impl Sweep for HandOffCheck {
 impl HandOffCheck {
     /// The revisions held for a title (in `current` and in the grace index),
     /// older than the hand-off margin, not suppressed, ascending.
-    async fn held_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<RevId>, ApiError> {
+    async fn held_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<RevId>, SweepError> {
         let key = [Value::from(domain.as_str()), Value::from(title.as_str())];
         let store = &self.pages.store;
         let mut newest: BTreeMap<i64, i64> = BTreeMap::new();
@@ -203,7 +203,7 @@ impl HandOffCheck {
         for query in [latest, in_grace] {
             let rows = store.read(&query).await?.rows;
             for row in &rows {
-                let id = crate::pages::render_id(row).map_err(ApiError::from)?;
+                let id = crate::pages::render_id(row)?;
                 let at = newest.entry(id.rev.as_i64()).or_insert(i64::MIN);
                 *at = (*at).max(id.tid.unix_micros());
             }
@@ -215,7 +215,7 @@ impl HandOffCheck {
         let mut held = Vec::new();
         for (rev, newest_render) in newest {
             let Ok(rev) = RevId::new(rev as u64) else { continue };
-            if newest_render < settled_before && !self.pages.is_suppressed(domain, title, rev).await.map_err(ApiError::from)? {
+            if newest_render < settled_before && !self.pages.is_suppressed(domain, title, rev).await? {
                 held.push(rev);
             }
         }
@@ -223,7 +223,7 @@ impl HandOffCheck {
     }
 
     /// The revisions old-store has archived for the title between `first` and `last`.
-    async fn archived_revisions(&self, domain: &Domain, title: &Title, first: RevId, last: RevId) -> Result<BTreeSet<RevId>, ApiError> {
+    async fn archived_revisions(&self, domain: &Domain, title: &Title, first: RevId, last: RevId) -> Result<BTreeSet<RevId>, SweepError> {
         let mut archived = BTreeSet::new();
         let mut cursor: Option<String> = None;
         loop {
@@ -231,7 +231,7 @@ impl HandOffCheck {
                 .old_store
                 .revisions(domain.as_str(), title.as_str(), first.get(), ARCHIVE_LIST_PAGE, cursor.as_deref())
                 .await
-                .map_err(|e| ApiError::dependency_unavailable("old-store", e))?;
+                .map_err(|e| SweepError::Dependency { service: "old-store", cause: e.to_string() })?;
             let past_last = page.items.last().is_some_and(|i| i.rev >= last.get());
             archived.extend(page.items.iter().filter_map(|i| RevId::new(i.rev).ok()));
             match page.next {
@@ -243,30 +243,29 @@ impl HandOffCheck {
 }
 
 /// The domain and title of a stored page key (domain, title), as stored.
-fn stored_page(key: &[Value]) -> Result<(Domain, Title), ApiError> {
+fn stored_page(key: &[Value]) -> Result<(Domain, Title), SweepError> {
     let text = |i: usize| match key.get(i) {
         Some(Value::Text(t)) => Ok(t.as_str()),
-        _ => Err(ApiError::internal("a current partition key is not (domain, title)")),
+        _ => Err(SweepError::corrupt("a current partition key is not (domain, title)")),
     };
-    let domain = Domain::parse(text(0)?)?;
+    let domain = Domain::parse(text(0)?).map_err(SweepError::corrupt)?;
     // Stored titles are normalised already; case-sensitive rules keep them as they are.
-    let title = Title::parse(text(1)?, TitleRules { first_letter: FirstLetterCase::Sensitive })?;
+    let title = Title::parse(text(1)?, TitleRules { first_letter: FirstLetterCase::Sensitive }).map_err(SweepError::corrupt)?;
     Ok((domain, title))
 }
 
 /// old-store's body for a stored render.
-fn archive_body(row: &Row) -> Result<ArchiveBody, ApiError> {
-    let part =
-        |column: &str| -> Result<Vec<u8>, ApiError> { decode_part(row.blob(column).unwrap_or_default(), column).map_err(ApiError::from) };
-    let json = |column: &str| -> Result<Option<serde_json::Value>, ApiError> {
+fn archive_body(row: &Row) -> Result<ArchiveBody, SweepError> {
+    let part = |column: &str| -> Result<Vec<u8>, SweepError> { Ok(decode_part(row.blob(column).unwrap_or_default(), column)?) };
+    let json = |column: &str| -> Result<Option<serde_json::Value>, SweepError> {
         let bytes = part(column)?;
         Ok(if bytes.is_empty() {
             None
         } else {
-            Some(serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(format!("stored {column}: {e}")))?)
+            Some(serde_json::from_slice(&bytes).map_err(|e| SweepError::corrupt(format!("stored {column}: {e}")))?)
         })
     };
-    let html = String::from_utf8(part(col::HTML)?).map_err(|e| ApiError::internal(format!("stored html: {e}")))?;
+    let html = String::from_utf8(part(col::HTML)?).map_err(|e| SweepError::corrupt(format!("stored html: {e}")))?;
     Ok(ArchiveBody {
         html: Some(html),
         data_parsoid: json(col::DATA_PARSOID)?,

@@ -257,7 +257,7 @@ fn copy_columns(mut upsert: Upsert, row: &Row) -> Upsert {
 }
 
 fn now_millis() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    revstore_keys::time::millis(std::time::SystemTime::now())
 }
 
 /// Sends one row; `Ok(false)` when nothing is configured to receive it.

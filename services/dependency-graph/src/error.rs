@@ -53,3 +53,15 @@ impl From<GraphError> for ApiError {
         }
     }
 }
+
+/// In a janitor sweep, anything but the store's own failures is stored data
+/// the sweep cannot use (the graph's sweeps take no client input).
+impl From<GraphError> for revstore_service::janitor_admin::SweepError {
+    fn from(e: GraphError) -> Self {
+        match e {
+            GraphError::Store(e) => e.into(),
+            e @ GraphError::Busy => revstore_service::janitor_admin::SweepError::Busy(e.to_string()),
+            e => revstore_service::janitor_admin::SweepError::corrupt(e),
+        }
+    }
+}

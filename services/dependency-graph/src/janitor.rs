@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use revstore_api::janitor::StepReport;
+use revstore_api::janitor::{StepReport, Task};
 use revstore_schema::tables::dependency_graph::TABLES;
-use revstore_service::ApiError;
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Stepped, Sweep};
+use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Stepped, Sweep, SweepError};
 use revstore_storage::ScanPosition;
 
 use crate::consistency::{Budget, Direction, Pass, ScanCut};
@@ -44,8 +43,8 @@ const PASSES: [Pass; 3] = [Pass::Edges(Direction::Dependencies), Pass::Edges(Dir
 /// scan position.
 const CUT_FORM: u8 = 0x10;
 
-fn parse_position(from: &[u8]) -> Result<(usize, ScanCut), ApiError> {
-    let bad = |e: revstore_storage::StoreError| ApiError::internal(format!("a graph checkpoint that does not decode: {e}"));
+fn parse_position(from: &[u8]) -> Result<(usize, ScanCut), SweepError> {
+    let bad = SweepError::position;
     Ok(match from.split_first() {
         None => (0, ScanCut::default()),
         Some((tag, rest)) if *tag >= CUT_FORM => {
@@ -64,11 +63,11 @@ struct Repair {
 
 #[async_trait]
 impl Sweep for Repair {
-    fn task(&self) -> &'static str {
-        "graph"
+    fn task(&self) -> Task {
+        Task::Graph
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, ApiError> {
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let (pass, cut) = parse_position(&from.unwrap_or_default())?;
         let Some(current) = PASSES.get(pass) else { return Ok(Stepped::default()) };
         let found = self.graph.sweep(*current, cut, Budget::of_partitions(budget), !dry_run, 0).await?;
@@ -91,12 +90,12 @@ struct ChangeRetention {
 
 #[async_trait]
 impl Sweep for ChangeRetention {
-    fn task(&self) -> &'static str {
-        "retention"
+    fn task(&self) -> Task {
+        Task::Retention
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, ApiError> {
-        let after = from.map(|bytes| ScanPosition::from_bytes(&bytes)).transpose()?;
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        let after = from.map(|bytes| ScanPosition::from_bytes(&bytes)).transpose().map_err(SweepError::position)?;
         let step = self.graph.forget_changes(after, budget, self.keep, dry_run).await?;
         let report = StepReport { partitions: step.partitions, rows: step.rows, bytes: step.bytes, ..StepReport::default() };
         Ok(Stepped { report, next: step.next.map(|p| p.to_bytes()) })

@@ -3,9 +3,8 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use http::StatusCode;
 use indicatif::{ProgressBar, ProgressStyle};
-use revstore_api::janitor::{LeaseRequest, StepReport, StepRequest};
+use revstore_api::janitor::{LeaseRequest, StepReport, StepRequest, problems};
 use revstore_client::ClientError;
 use revstore_keys::TidGenerator;
 use tokio_util::sync::CancellationToken;
@@ -120,11 +119,10 @@ impl Janitor {
                 for taken in &self.targets[..i] {
                     let _ = taken.client.give_back_lease(&self.run_id).await;
                 }
-                return Err(match e.status() {
-                    Some(StatusCode::CONFLICT) => {
-                        (RunOutcome::Interrupted, format!("another janitor run is under way ({}): {e}", target.service.name()))
-                    }
-                    _ => (RunOutcome::Failed, format!("cannot take the lease of {}: {e}", target.service.name())),
+                return Err(if e.is_problem(problems::LEASE_HELD) {
+                    (RunOutcome::Interrupted, format!("another janitor run is under way ({}): {e}", target.service.name()))
+                } else {
+                    (RunOutcome::Failed, format!("cannot take the lease of {}: {e}", target.service.name()))
                 });
             }
         }
@@ -148,7 +146,7 @@ impl Janitor {
             let task_started = Instant::now();
             let mut result = TaskSummary { status: Status::Skipped, ..TaskSummary::default() };
             let mut stopped = None;
-            for target in self.targets.iter().filter(|t| task.swept_by().contains(&t.service)) {
+            for target in self.targets.iter().filter(|t| crate::settings::swept_by(task).contains(&t.service)) {
                 let swept = match self.sweep_one(task, target, stop, lost, deadline, &mut pace, &mut result).await {
                     Ok(swept) => swept,
                     Err((swept, why)) => {
@@ -221,12 +219,12 @@ impl Janitor {
             }
             let report = match self.step_with_retries(target, task, &request, stop).await {
                 Ok(report) => report,
-                Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                Err(e) if e.is_problem(problems::LEASE_HELD) => {
                     swept.status = Status::Failed;
                     swept.error = Some(e.to_string());
                     return Err((swept, Stop::LeaseLost(e.to_string())));
                 }
-                Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => {
+                Err(e) if e.is_problem(problems::TASK_NOT_OFFERED) => {
                     swept.status = Status::Skipped;
                     swept.error = Some(format!("{service} offers no {} sweep: {e}", task.name()));
                     progress.finish(&swept);
@@ -280,7 +278,7 @@ impl Janitor {
         let mut pause = Duration::from_secs(1);
         let mut attempt = 1;
         loop {
-            match target.client.step(task.name(), request).await {
+            match target.client.step(task, request).await {
                 Err(e) if e.is_transient() && attempt < STEP_ATTEMPTS && !stop.is_cancelled() => {
                     tracing::warn!(task = task.name(), service = target.service.name(), error = %e, attempt, "step failed; trying again");
                     tokio::select! {
@@ -335,7 +333,7 @@ impl Renewal {
             for target in &self.targets {
                 match target.client.take_lease(&request).await {
                     Ok(_) => {}
-                    Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                    Err(e) if e.is_problem(problems::LEASE_HELD) => {
                         tracing::error!(service = target.service.name(), error = %e, "lease lost");
                         lost.cancel();
                         return;

@@ -3,45 +3,25 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use clap::builder::TypedValueParser as _;
+pub use revstore_api::janitor::Task;
 use revstore_client::{ClientOptions, HttpClient, JanitorClient};
 
-/// A task of the janitor, in the order a run does them (the audit last, so
-/// that it measures what the others left).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Task {
-    /// Superseded renders out of current-store's `current`, then a purge of
-    /// expired data on every service.
-    Retention,
-    /// Every revision current-store holds is in old-store; what is missing is sent again.
-    Archive,
-    /// The graph's two directions checked against each other and repaired.
-    Graph,
-    /// What each table holds against what readers are entitled to.
-    Audit,
+/// The services whose sweeps of `task` a run drives. The tasks themselves
+/// (`revstore_api::janitor::Task`) are declared in the order a run does them
+/// (the audit last, so that it measures what the others left).
+pub fn swept_by(task: Task) -> &'static [ServiceName] {
+    match task {
+        Task::Retention | Task::Archive => &[ServiceName::CurrentStore],
+        Task::Graph => &[ServiceName::Graph],
+        Task::Audit => &ServiceName::ALL,
+    }
 }
 
-impl Task {
-    pub const ALL: [Task; 4] = [Task::Retention, Task::Archive, Task::Graph, Task::Audit];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Task::Retention => "retention",
-            Task::Archive => "archive",
-            Task::Graph => "graph",
-            Task::Audit => "audit",
-        }
-    }
-
-    /// The services whose sweeps of this task's name it runs.
-    pub fn swept_by(self) -> &'static [ServiceName] {
-        match self {
-            Task::Retention | Task::Archive => &[ServiceName::CurrentStore],
-            Task::Graph => &[ServiceName::Graph],
-            Task::Audit => &ServiceName::ALL,
-        }
-    }
+/// A task named on the command line.
+fn task_arg() -> impl clap::builder::TypedValueParser<Value = Task> {
+    clap::builder::PossibleValuesParser::new(Task::ALL.map(Task::name)).try_map(|name| name.parse::<Task>())
 }
 
 /// The services a run may call.
@@ -81,7 +61,7 @@ impl ServiceName {
 )]
 pub struct Settings {
     /// Tasks to run, in this order whatever order they are named in (all when none is named).
-    #[arg(value_enum)]
+    #[arg(value_parser = task_arg())]
     pub tasks: Vec<Task>,
 
     /// Report what would change, change nothing (dry runs keep their own checkpoints).

@@ -21,6 +21,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use revstore_keys::time::{millis, rfc3339_millis};
 use revstore_keys::{composite_key_bytes, murmur3_token};
 use revstore_schema::tables::old_store::{ARCHIVE_DEBT, col};
 use revstore_storage::{Delete, DeleteTarget, ReadQuery, Slice, Store, StoreResult, Upsert, Value};
@@ -43,10 +44,6 @@ const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
 /// The debt partition of a title.
 pub fn debt_shard(domain: &str, title: &str) -> i64 {
     murmur3_token(&composite_key_bytes(&[domain.as_bytes(), title.as_bytes()])).rem_euclid(DEBT_SHARDS)
-}
-
-fn millis(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn block_prefix(key: &BlockKey) -> [Value; 3] {
@@ -195,11 +192,7 @@ async fn sweep(store: &Store, queue: &CompactionQueue, level: i32, max_blocks: u
             }
         }
     }
-    report.oldest_marker = oldest.map(rfc3339);
-    report.finished_at = rfc3339(millis(SystemTime::now()));
+    report.oldest_marker = oldest.map(rfc3339_millis);
+    report.finished_at = rfc3339_millis(millis(SystemTime::now()));
     Ok(report)
-}
-
-fn rfc3339(ms: i64) -> String {
-    revstore_keys::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }

@@ -1,12 +1,12 @@
 //! Listing a page's dependencies and a parent's dependents, a bounded page at a time.
 
 use std::ops::Bound;
-use std::time::{Duration, SystemTime};
 
 use futures_util::{StreamExt, TryStreamExt};
 use revstore_api::ChangeKind;
 use revstore_api::graph::{Dependency, DependencyList, Dependent, DependentList};
-use revstore_keys::{Domain, Title, rfc3339};
+use revstore_keys::time::rfc3339_millis;
+use revstore_keys::{Domain, Title};
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENT_BUCKETS, DEPENDENTS, col};
 use revstore_storage::value::encode_values;
 use revstore_storage::{ReadOrder, ReadQuery, Slice, Value};
@@ -14,10 +14,6 @@ use revstore_storage::{ReadOrder, ReadQuery, Slice, Value};
 use super::{DIRECTORY_ENTRIES_PER_PAGE, Graph, PAGE_BYTES, READ_ROWS};
 use crate::edge::{StoredEdge, dependencies_key, dependents_partition, directory_key, kind_name, load_selector, weight};
 use crate::error::GraphError;
-
-pub(super) fn time_text(millis: i64) -> String {
-    rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64))
-}
 
 /// Where a listing of dependents goes on: the (priority, bucket) partition
 /// and the last child seen in it (`None`: from the partition's start).
@@ -101,8 +97,8 @@ impl Graph {
                     priority: edge.priority,
                     parent_selector: load_selector(edge.parent_selector.as_deref()),
                     child_selector: load_selector(edge.child_selector.as_deref()),
-                    last_updated: edge.last_updated.map(time_text),
-                    created: edge.created.map(time_text),
+                    last_updated: edge.last_updated.map(rfc3339_millis),
+                    created: edge.created.map(rfc3339_millis),
                 });
             }
         }

@@ -37,12 +37,11 @@ pub use listing::DependentsQuery;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use revstore_api::ChangeKind;
 use revstore_api::graph::{Edge, Replaced};
-use revstore_keys::{Domain, Title, TitleRules};
+use revstore_keys::{Domain, MAX_CLOCK_SKEW, Title, TitleRules};
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, col};
 use revstore_storage::value::decode_values;
 use revstore_storage::{Delete, ReadOrder, ReadQuery, Row, Slice, Store, Write, slices_after};
@@ -88,9 +87,6 @@ pub(crate) const FORGOTTEN: &str = "\u{2}";
 /// by one; one naming more has its parent's fragment rows streamed.
 const POINT_READ_FRAGMENTS: usize = 32;
 
-/// How far in the future a change or an update may be dated (clock skew).
-const MAX_FUTURE: Duration = Duration::from_secs(300);
-
 /// The graph of one deployment. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Graph {
@@ -121,8 +117,8 @@ impl Graph {
 
     /// `micros`, unless it is further ahead of the store's time than the allowed clock skew.
     fn not_in_the_future(&self, name: &str, micros: i64) -> Result<i64, GraphError> {
-        if micros > self.store.now_micros() + MAX_FUTURE.as_micros() as i64 {
-            return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_FUTURE.as_secs())));
+        if micros > self.store.now_micros() + MAX_CLOCK_SKEW.as_micros() as i64 {
+            return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_CLOCK_SKEW.as_secs())));
         }
         Ok(micros)
     }

@@ -12,7 +12,9 @@ use revstore_schema::tables::dependency_graph::{CHANGES, DEPENDENCIES, col};
 use revstore_storage::value::encode_values;
 use revstore_storage::{ReadOrder, ReadQuery, Row, Slice, Upsert, Value, Write};
 
-use super::listing::{PageFill, time_text};
+use revstore_keys::time::rfc3339_millis;
+
+use super::listing::PageFill;
 use super::{ANY, FORGOTTEN, Graph, POINT_READ_FRAGMENTS, READ_ROWS};
 use crate::edge::{StoredEdge, dependencies_key, kind_name, load_selector};
 use crate::error::GraphError;
@@ -86,7 +88,7 @@ impl Graph {
                         kind: edge.kind,
                         priority: edge.priority,
                         child_selector: load_selector(edge.child_selector.as_deref()),
-                        changed_at: time_text(changed),
+                        changed_at: rfc3339_millis(changed),
                     });
                 }
                 if ended {

@@ -195,7 +195,7 @@ impl Archive {
 
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
         let [d, t] = key_values(domain, title);
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let now = revstore_keys::time::millis(SystemTime::now());
         self.inner
             .store
             .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set(col::SUPPRESSED_AT, Value::Timestamp(now)))

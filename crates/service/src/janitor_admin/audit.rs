@@ -1,0 +1,127 @@
+//! The `audit` task every service offers: table by table, what the engine
+//! holds against what readers are entitled to.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use revstore_api::janitor::{StepReport, TableAudit, Task};
+use revstore_schema::TableDef;
+use revstore_storage::{ScanPosition, ScanQuery, ScannedPartition, Store, TokenRange};
+
+use super::sweep::{Stepped, Sweep, SweepError};
+
+/// What readers are entitled to in a table, when that is less than all of its
+/// live data (current-store's `current` holds one latest render per title;
+/// older rows there are the janitor's to move out).
+#[async_trait]
+pub trait Entitlement: Send + Sync + 'static {
+    /// Rows and value bytes readers are entitled to in these live partitions.
+    async fn ideal(&self, store: &Store, partitions: &[ScannedPartition]) -> Result<(u64, u64), SweepError>;
+}
+
+/// An audited table, and what of it readers are entitled to (`None`: all of
+/// its live data: rows inside their TTL, undelivered hand-offs, edges…).
+#[derive(Clone)]
+pub struct AuditedTable {
+    pub table: &'static TableDef,
+    pub entitlement: Option<Arc<dyn Entitlement>>,
+}
+
+impl std::fmt::Debug for AuditedTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditedTable")
+            .field("table", &self.table.name)
+            .field("all_live_data_entitled", &self.entitlement.is_none())
+            .finish()
+    }
+}
+
+impl AuditedTable {
+    pub fn live(table: &'static TableDef) -> Self {
+        AuditedTable { table, entitlement: None }
+    }
+}
+
+/// The `audit` task: table by table, what the engine holds (see
+/// [`Store::holdings`]) against what readers are entitled to. Changes nothing.
+#[derive(Debug)]
+pub struct AuditSweep {
+    store: Store,
+    tables: Vec<AuditedTable>,
+}
+
+impl AuditSweep {
+    pub fn new(store: Store, tables: Vec<AuditedTable>) -> Self {
+        AuditSweep { store, tables }
+    }
+}
+
+/// A position in a sweep over several tables: the table's index, then the
+/// scan position within it (absent at the table's start).
+fn table_position(index: usize, within: Option<&ScanPosition>) -> Vec<u8> {
+    let mut bytes = vec![index as u8];
+    if let Some(p) = within {
+        bytes.extend(p.to_bytes());
+    }
+    bytes
+}
+
+fn parse_table_position(bytes: &[u8]) -> Result<(usize, Option<ScanPosition>), SweepError> {
+    match bytes.split_first() {
+        None => Ok((0, None)),
+        Some((index, [])) => Ok((*index as usize, None)),
+        Some((index, rest)) => Ok((*index as usize, Some(ScanPosition::from_bytes(rest).map_err(SweepError::position)?))),
+    }
+}
+
+#[async_trait]
+impl Sweep for AuditSweep {
+    fn task(&self) -> Task {
+        Task::Audit
+    }
+
+    async fn step(&self, from: Option<Vec<u8>>, budget: u32, _dry_run: bool) -> Result<Stepped, SweepError> {
+        let (index, after) = parse_table_position(from.as_deref().unwrap_or_default())?;
+        let Some(audited) = self.tables.get(index) else { return Ok(Stepped::default()) };
+        let table = audited.table;
+        let held = self.store.holdings(&ScanQuery::new(table, budget).after(after.clone())).await?;
+        let (rows_ideal, bytes_ideal) = match &audited.entitlement {
+            None => (held.rows_live, held.bytes_live),
+            Some(entitlement) => {
+                let partitions = live_partitions_through(&self.store, table, after, held.next.as_ref(), budget).await?;
+                entitlement.ideal(&self.store, &partitions).await?
+            }
+        };
+        let audit =
+            TableAudit { partitions: held.partitions, rows_held: held.rows_held, bytes_held: held.bytes_held, rows_ideal, bytes_ideal };
+        let next = match &held.next {
+            Some(position) => Some(table_position(index, Some(position))),
+            None if index + 1 < self.tables.len() => Some(table_position(index + 1, None)),
+            None => None,
+        };
+        let report =
+            StepReport { partitions: held.partitions, tables: BTreeMap::from([(table.name.to_owned(), audit)]), ..StepReport::default() };
+        Ok(Stepped { report, next })
+    }
+}
+
+/// The live partitions after `after` up to and including `through` (the end
+/// of the table when `None`), at most `budget` of them: those a holdings step
+/// from `after` visited.
+async fn live_partitions_through(
+    store: &Store,
+    table: &'static TableDef,
+    after: Option<ScanPosition>,
+    through: Option<&ScanPosition>,
+    budget: u32,
+) -> Result<Vec<ScannedPartition>, SweepError> {
+    let range = TokenRange { after: i64::MIN, through: through.map_or(i64::MAX, |p| p.token) };
+    let scanned = store.scan_range(&ScanQuery::new(table, budget).range(range).after(after)).await?;
+    let beyond = |p: &ScannedPartition| {
+        through.is_some_and(|t| {
+            p.token == t.token && p.key.iter().zip(&t.key).map(|(a, b)| a.cmp_same_type(b)).find(|o| o.is_ne()).is_some_and(|o| o.is_gt())
+        })
+    };
+    Ok(scanned.partitions.into_iter().filter(|p| !beyond(p)).collect())
+}

@@ -1,0 +1,53 @@
+//! Where each of a service's sweeps resumes: one row per job (`retention`,
+//! `audit:dry-run`…), keyed by the service too, since the services of one
+//! wiki may share a keyspace (the Kubernetes base points them all at one).
+
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use revstore_keys::Tid;
+use revstore_schema::tables::janitor::CHECKPOINTS;
+use revstore_storage::{Delete, Store, StoreResult, Upsert, Value};
+
+#[derive(Debug, Clone)]
+pub(super) struct Checkpoints {
+    store: Store,
+    service: &'static str,
+}
+
+impl Checkpoints {
+    pub(super) fn new(store: Store, service: &'static str) -> Self {
+        Checkpoints { store, service }
+    }
+
+    fn key(&self, job: &str) -> Value {
+        Value::from(format!("{}/{job}", self.service))
+    }
+
+    pub(super) async fn load(&self, job: &str) -> StoreResult<Option<Vec<u8>>> {
+        let row = self.store.get(&CHECKPOINTS, vec![self.key(job)], None).await?;
+        let Some(cursor) = row.as_ref().and_then(|r| r.text("cursor")) else { return Ok(None) };
+        match URL_SAFE_NO_PAD.decode(cursor) {
+            Ok(position) => Ok(Some(position)),
+            Err(_) => {
+                // Only this code writes checkpoints: an unreadable one means an
+                // older build's; starting the sweep over is always safe.
+                tracing::warn!(service = self.service, job, "unreadable janitor checkpoint: the sweep starts over");
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) async fn save(&self, job: &str, position: &[u8], run: &Tid) -> StoreResult<()> {
+        let row = Upsert::new(&CHECKPOINTS, [self.key(job)])
+            .set("cursor", URL_SAFE_NO_PAD.encode(position))
+            .set("run_id", Value::TimeUuid(run.uuid()))
+            .set("updated_at", Value::Timestamp(revstore_keys::time::millis(SystemTime::now())));
+        self.store.write(row).await
+    }
+
+    pub(super) async fn clear(&self, job: &str) -> StoreResult<()> {
+        self.store.write(Delete::partition(&CHECKPOINTS, [self.key(job)])).await
+    }
+}

@@ -1,0 +1,89 @@
+//! The janitor's side of every service: the run lease, the sweep steps with
+//! the checkpoints they resume from, and the storage purge.
+//!
+//! The janitor never opens a store (a service owns its store: the embedded
+//! engine's directory is locked by one process, and only the service knows
+//! what its rows mean). It drives these admin calls instead:
+//!
+//! - `POST /admin/janitor/lease` takes or renews the lease, `DELETE` gives it
+//!   back ([`lease`]).
+//! - `POST /admin/janitor/{task}/step` runs one bounded step of one of the
+//!   service's [`Sweep`]s ([`sweep`]) from the checkpoint the service keeps
+//!   ([`checkpoints`]), and moves the checkpoint on: a run killed at any
+//!   point resumes where the last step ended. A dry run keeps a checkpoint of
+//!   its own. Every service offers the `audit` sweep ([`audit`]).
+//! - `POST /admin/storage/purge` drops expired data the engine still keeps.
+//!
+//! All need the write token; steps also need the lease. [`routes`] is the
+//! only place an error of these becomes an HTTP status.
+
+mod audit;
+mod checkpoints;
+mod lease;
+mod routes;
+mod sweep;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use axum::routing::post;
+use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, StepReport, StepRequest, TableAudit, Task};
+use utoipa::OpenApi;
+
+pub use audit::{AuditSweep, AuditedTable, Entitlement};
+pub use lease::LeaseError;
+pub use sweep::{Stepped, Sweep, SweepError};
+
+use crate::problem::Problem;
+use crate::{Access, Platform, Routes};
+
+/// The janitor's admin routes of one service, over its sweeps.
+#[derive(Clone)]
+pub struct JanitorAdmin {
+    platform: Platform,
+    sweeps: Arc<BTreeMap<Task, Arc<dyn Sweep>>>,
+    leases: lease::LeaseBook,
+    checkpoints: checkpoints::Checkpoints,
+}
+
+impl std::fmt::Debug for JanitorAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JanitorAdmin").field("sweeps", &self.sweeps.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl FromRef<JanitorAdmin> for Access {
+    fn from_ref(admin: &JanitorAdmin) -> Access {
+        admin.platform.access().clone()
+    }
+}
+
+impl JanitorAdmin {
+    pub fn new(platform: Platform, sweeps: Vec<Arc<dyn Sweep>>) -> Self {
+        let sweeps = sweeps.into_iter().map(|s| (s.task(), s)).collect();
+        let (store, service) = (platform.store().clone(), platform.service());
+        JanitorAdmin {
+            leases: lease::LeaseBook::new(store.clone(), service),
+            checkpoints: checkpoints::Checkpoints::new(store, service),
+            platform,
+            sweeps: Arc::new(sweeps),
+        }
+    }
+
+    pub fn routes(self) -> Routes {
+        Routes::new()
+            .route("/admin/janitor/lease", post(routes::take_lease).delete(routes::give_back_lease))
+            .route("/admin/janitor/{task}/step", post(routes::step))
+            .route("/admin/storage/purge", post(routes::purge))
+            .with_state(self)
+    }
+}
+
+/// The admin routes' OpenAPI paths, merged into each service's document.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    paths(routes::take_lease, routes::give_back_lease, routes::step, routes::purge),
+    components(schemas(LeaseRequest, Lease, StepRequest, StepReport, TableAudit, PurgeReport, Problem))
+)]
+pub struct JanitorAdminDoc;
