@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use revstore_keys::{FirstLetterCase, TitleRules};
 use revstore_schema::cql::Replication;
-use revstore_storage::{CassandraOptions, CassandraTls, EmbeddedOptions, StorageSettings};
-use scylla::frame::types::Consistency;
+use revstore_storage::{CassandraOptions, CassandraTls, ConsistencyLevel, EmbeddedOptions, StorageSettings};
 
 use crate::access::Access;
 use crate::connections::ConnectionLimits;
@@ -70,8 +69,8 @@ pub struct StorageArgs {
     pub cassandra_replication: Replication,
 
     /// Consistency of reads and writes: one, local_one, quorum, local_quorum, each_quorum, all.
-    #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = "local_quorum", value_parser = parse_consistency)]
-    pub cassandra_consistency: Consistency,
+    #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = "local_quorum")]
+    pub cassandra_consistency: ConsistencyLevel,
 
     /// Cassandra user name (with --cassandra-password-file).
     #[arg(long, alias = "username", env = "REVSTORE_CASSANDRA_USERNAME")]
@@ -237,18 +236,6 @@ pub struct CommonArgs {
     /// Every service of one wiki must agree.
     #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
     pub title_case: String,
-}
-
-fn parse_consistency(s: &str) -> Result<Consistency, String> {
-    Ok(match s.to_ascii_lowercase().as_str() {
-        "one" => Consistency::One,
-        "local_one" => Consistency::LocalOne,
-        "quorum" => Consistency::Quorum,
-        "local_quorum" => Consistency::LocalQuorum,
-        "each_quorum" => Consistency::EachQuorum,
-        "all" => Consistency::All,
-        other => return Err(format!("unknown consistency {other:?}")),
-    })
 }
 
 /// The in-flight limit when none is set: 64 requests per CPU, from 64 to 1,024
@@ -420,7 +407,7 @@ mod tests {
         match s.storage {
             StorageSettings::Cassandra(o) => {
                 assert_eq!(o.contact_points, vec!["a:9042", "b"]);
-                assert_eq!((o.keyspace.as_str(), o.consistency), ("ks", Consistency::Quorum));
+                assert_eq!((o.keyspace.as_str(), o.consistency), ("ks", ConsistencyLevel::Quorum));
             }
             other => panic!("{other:?}"),
         }

@@ -22,20 +22,25 @@
 
 pub mod cassandra;
 pub mod clock;
+#[cfg(feature = "testsuite")]
 pub mod conformance;
 pub mod embedded;
 pub mod error;
+mod holdings;
 pub mod migrate;
 pub mod open;
 pub mod ops;
 pub mod store;
+#[cfg(feature = "testsuite")]
 pub mod testing;
+mod validate;
 pub mod value;
 
-pub use cassandra::{CassandraEngine, CassandraOptions, CassandraTls};
+pub use cassandra::{CassandraEngine, CassandraOptions, CassandraTls, ConsistencyLevel};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
 pub use error::{StoreError, StoreResult};
+pub use holdings::{clustering_key, row_bytes};
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
@@ -43,5 +48,5 @@ pub use ops::{
     ScannedPartition, Slice, TokenRange, Upsert, Write, slices_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
-pub use store::{Engine, EngineKind, Store, clustering_key, row_bytes};
+pub use store::{Engine, EngineKind, Store};
 pub use value::{Row, Value};

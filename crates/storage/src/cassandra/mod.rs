@@ -25,6 +25,48 @@ mod tls;
 
 pub use tls::CassandraTls;
 
+/// The consistency of reads and writes as operators name it
+/// (`REVSTORE_CASSANDRA_CONSISTENCY`): the engine's own setting, so no code
+/// above the engine depends on the driver's types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsistencyLevel {
+    One,
+    LocalOne,
+    Quorum,
+    LocalQuorum,
+    EachQuorum,
+    All,
+}
+
+impl std::str::FromStr for ConsistencyLevel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "one" => ConsistencyLevel::One,
+            "local_one" => ConsistencyLevel::LocalOne,
+            "quorum" => ConsistencyLevel::Quorum,
+            "local_quorum" => ConsistencyLevel::LocalQuorum,
+            "each_quorum" => ConsistencyLevel::EachQuorum,
+            "all" => ConsistencyLevel::All,
+            other => return Err(format!("unknown consistency {other:?}")),
+        })
+    }
+}
+
+impl From<ConsistencyLevel> for Consistency {
+    fn from(level: ConsistencyLevel) -> Self {
+        match level {
+            ConsistencyLevel::One => Consistency::One,
+            ConsistencyLevel::LocalOne => Consistency::LocalOne,
+            ConsistencyLevel::Quorum => Consistency::Quorum,
+            ConsistencyLevel::LocalQuorum => Consistency::LocalQuorum,
+            ConsistencyLevel::EachQuorum => Consistency::EachQuorum,
+            ConsistencyLevel::All => Consistency::All,
+        }
+    }
+}
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicI64;
@@ -62,7 +104,7 @@ pub struct CassandraOptions {
     pub tls: Option<CassandraTls>,
     /// Used when the keyspace has to be created.
     pub replication: Replication,
-    pub consistency: Consistency,
+    pub consistency: ConsistencyLevel,
     pub serial_consistency: SerialConsistency,
     /// Client-side bound on every request.
     pub request_timeout: Duration,
@@ -96,7 +138,7 @@ impl CassandraOptions {
             credentials: None,
             tls: None,
             replication: Replication::Simple { factor: 1 },
-            consistency: Consistency::LocalQuorum,
+            consistency: ConsistencyLevel::LocalQuorum,
             serial_consistency: SerialConsistency::LocalSerial,
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
@@ -148,7 +190,7 @@ impl CassandraEngine {
             return Err(StoreError::invalid(format!("keyspace {:?} is not a lower-case identifier", options.keyspace)));
         }
         let profile = ExecutionProfile::builder()
-            .consistency(options.consistency)
+            .consistency(options.consistency.into())
             .serial_consistency(Some(options.serial_consistency))
             .request_timeout(Some(options.request_timeout))
             .build();
@@ -502,7 +544,7 @@ impl Engine for CassandraEngine {
         let table = query.table.name;
         let mut slice = self.holdings_slices.lock().unwrap_or_else(|p| p.into_inner()).get(table).copied().unwrap_or(u64::MAX);
         loop {
-            match crate::store::live_holdings(self, query, slice).await {
+            match crate::holdings::live_holdings(self, query, slice).await {
                 Err(StoreError::Unavailable(why)) if slice > MIN_HOLDINGS_SLICE => {
                     slice /= 4;
                     tracing::warn!(table, slice_of_ring = slice as f64 / u64::MAX as f64, error = %why, "holdings scan failed; narrowing its token slice");

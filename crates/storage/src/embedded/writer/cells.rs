@@ -1,232 +1,23 @@
-//! The one writer of an embedded database.
-//!
-//! SQLite allows one writer at a time, so every write goes through this thread.
-//! It commits in groups: it takes every job waiting in its queue (up to a
-//! bound), runs each inside its own savepoint of one transaction, commits once,
-//! and only then answers each job. One fsync is shared by many writers, and a
-//! job that fails rolls back to its savepoint without touching the others. A
-//! caller is answered `Ok` only after the commit that holds its write.
-
-use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::mpsc::Receiver;
+//! Cassandra's cell semantics on SQLite: upserts merged cell by cell by
+//! write timestamp, deletes as tombstones, and conditional batches.
 
 use revstore_schema::{Column, TableDef};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, params_from_iter};
-use tokio::sync::oneshot;
+use rusqlite::{OptionalExtension, params_from_iter};
 
-use super::layout::{
-    CellMeta, CellTable, ENGINE_TABLES_DDL, LAYOUT_VERSION, PID, ck_cols, create_statements, decode_slice, encode_slice, exp_col, from_sql,
-    partition_token, pk_cols, purge_time, q, registry_of, registry_table, regular_cols, static_cols, stored_cell, to_sql, ts_col,
+use crate::embedded::layout::{
+    CellMeta, CellTable, PID, ck_cols, decode_slice, encode_slice, exp_col, from_sql, partition_token, pk_cols, purge_time, q, registry_of,
+    registry_table, regular_cols, static_cols, stored_cell, to_sql, ts_col,
 };
-use super::query::{Sql, read_statics};
-use crate::clock::Clock;
-use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, Delete, DeleteTarget, PurgeStats, ReadQuery, Slice, Upsert, Write};
+use crate::embedded::query::{Sql, read_statics};
+use crate::error::StoreResult;
+use crate::ops::{Cas, CasOutcome, Condition, Delete, DeleteTarget, ReadQuery, Slice, Upsert, Write};
 use crate::value::{Row, Value, encode_values};
 
-type Reply<T> = oneshot::Sender<StoreResult<T>>;
-
-pub(crate) enum Job {
-    Ensure(Vec<&'static TableDef>, Reply<()>),
-    Apply(Vec<Write>, Reply<()>),
-    Cas(Cas, Reply<CasOutcome>),
-    Purge(Reply<PurgeStats>),
-}
-
-/// A job's result, held until its group commits.
-enum Pending {
-    Unit(Reply<()>, StoreResult<()>),
-    Cas(Reply<CasOutcome>, StoreResult<CasOutcome>),
-}
-
-pub(crate) struct Writer {
-    pub conn: Connection,
-    pub clock: Arc<dyn Clock>,
-    pub gc_grace_micros: i64,
-    pub max_group: usize,
-    pub db_path: PathBuf,
-    /// The last write timestamp handed out (shared with the engine's
-    /// `now_micros`), so default timestamps never repeat.
-    pub last_ts: std::sync::Arc<std::sync::atomic::AtomicI64>,
-    /// How often to purge expired data between jobs.
-    pub purge_interval: Option<std::time::Duration>,
-    /// The `service` label of the purge counters.
-    pub metrics_service: &'static str,
-}
+use super::Writer;
 
 impl Writer {
-    pub fn run(mut self, jobs: Receiver<Job>) {
-        let mut next_purge = self.purge_interval.map(|i| std::time::Instant::now() + i);
-        loop {
-            let first = match next_purge {
-                None => match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
-                Some(due) => match jobs.recv_timeout(due.saturating_duration_since(std::time::Instant::now())) {
-                    Ok(job) => job,
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        self.purge_and_report();
-                        next_purge = self.purge_interval.map(|i| std::time::Instant::now() + i);
-                        continue;
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                },
-            };
-            let mut group = vec![first];
-            while group.len() < self.max_group {
-                match jobs.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
-                }
-            }
-            self.process(group);
-        }
-        // The queue closed: the engine was dropped. Leave a compact database
-        // behind: free pages handed back, the WAL folded in.
-        let _ = step_to_end(&self.conn, "PRAGMA incremental_vacuum");
-        let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
-    }
-
-    fn process(&mut self, group: Vec<Job>) {
-        let mut pending = Vec::with_capacity(group.len());
-        let mut solo = Vec::new();
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
-            let err = StoreError::from(e);
-            for job in group {
-                fail(job, err.clone());
-            }
-            return;
-        }
-        for job in group {
-            match job {
-                Job::Apply(writes, reply) => {
-                    let result = self.in_savepoint(|w| w.apply(&writes));
-                    pending.push(Pending::Unit(reply, result));
-                }
-                Job::Cas(cas, reply) => {
-                    let result = self.in_savepoint(|w| w.cas(&cas));
-                    pending.push(Pending::Cas(reply, result));
-                }
-                other => solo.push(other),
-            }
-        }
-        let committed = self.conn.execute_batch("COMMIT").map_err(StoreError::from);
-        if committed.is_err() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-        for p in pending {
-            match p {
-                Pending::Unit(reply, result) => {
-                    let _ = reply.send(committed.clone().and(result));
-                }
-                Pending::Cas(reply, result) => {
-                    let _ = reply.send(committed.clone().and(result));
-                }
-            }
-        }
-        for job in solo {
-            match job {
-                Job::Ensure(tables, reply) => {
-                    let _ = reply.send(self.ensure(&tables));
-                }
-                Job::Purge(reply) => {
-                    let _ = reply.send(self.purge());
-                }
-                other => fail(other, StoreError::Internal("job routed wrongly".into())),
-            }
-        }
-    }
-
-    fn in_savepoint<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
-        self.conn.execute_batch("SAVEPOINT job")?;
-        let result = f(self);
-        match &result {
-            Ok(_) => self.conn.execute_batch("RELEASE job")?,
-            Err(_) => self.conn.execute_batch("ROLLBACK TO job; RELEASE job")?,
-        }
-        result
-    }
-
-    fn now(&self) -> i64 {
-        self.clock.now_micros()
-    }
-
-    /// A write timestamp: the current time, but always after the last one given.
-    fn next_ts(&mut self) -> i64 {
-        crate::clock::next_timestamp(&self.last_ts, self.now())
-    }
-
-    fn ensure(&mut self, tables: &[&'static TableDef]) -> StoreResult<()> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = (|| {
-            let layout: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            let in_use: bool = self.conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE name = '$tables'", [], |r| r.get(0))?;
-            if in_use && layout != LAYOUT_VERSION {
-                return Err(StoreError::SchemaMismatch(format!(
-                    "the database has embedded layout {layout}, this build reads layout {LAYOUT_VERSION}; \
-                     start from an empty data directory (re-import old-store's history with `revstore import`)"
-                )));
-            }
-            // Written only when it changes: a start with nothing to create
-            // writes nothing, so a service can start on a full disk.
-            if layout != LAYOUT_VERSION {
-                self.conn.execute_batch(&format!("PRAGMA user_version = {LAYOUT_VERSION}"))?;
-            }
-            for ddl in ENGINE_TABLES_DDL {
-                self.conn.execute_batch(ddl)?;
-            }
-            for t in tables {
-                // The declaration as CQL: clustering order and TTL included,
-                // which the SQLite layout alone does not show.
-                let declaration = revstore_schema::cql::create_table("embedded", t);
-                let known: Option<String> =
-                    self.conn.query_row("SELECT declaration FROM \"$tables\" WHERE name = ?1", [t.name], |r| r.get(0)).optional()?;
-                match known {
-                    Some(known) if known == declaration => {}
-                    Some(known) if revstore_schema::cql::structure(&known) == revstore_schema::cql::structure(&declaration) => {
-                        // A new comment or compaction strategy: nothing stored changes.
-                        self.conn.execute("UPDATE \"$tables\" SET declaration = ?2 WHERE name = ?1", [t.name, declaration.as_str()])?;
-                    }
-                    Some(known) => {
-                        // A newer declaration that only adds columns is applied
-                        // in place (in this transaction); anything else is refused.
-                        let added = revstore_schema::cql::added_columns("embedded", &known, t)
-                            .filter(|added| added.iter().all(|c| super::layout::can_add_column(t, c)))
-                            .ok_or_else(|| {
-                                StoreError::SchemaMismatch(format!(
-                                    "table {} exists with another declaration; migrate it before running this version",
-                                    t.name
-                                ))
-                            })?;
-                        for c in added {
-                            for statement in super::layout::add_column_statements(t, c) {
-                                self.conn.execute_batch(&statement)?;
-                            }
-                        }
-                        self.conn.execute("UPDATE \"$tables\" SET declaration = ?2 WHERE name = ?1", [t.name, declaration.as_str()])?;
-                    }
-                    None => {
-                        for s in create_statements(t) {
-                            self.conn.execute_batch(&s)?;
-                        }
-                        self.conn.execute("INSERT INTO \"$tables\" (name, declaration) VALUES (?1, ?2)", [t.name, declaration.as_str()])?;
-                    }
-                }
-            }
-            Ok(())
-        })();
-        match result {
-            Ok(()) => self.conn.execute_batch("COMMIT")?,
-            Err(_) => self.conn.execute_batch("ROLLBACK")?,
-        }
-        result
-    }
-
-    fn apply(&mut self, writes: &[Write]) -> StoreResult<()> {
+    pub(super) fn apply(&mut self, writes: &[Write]) -> StoreResult<()> {
         for w in writes {
             match w {
                 Write::Upsert(u) => {
@@ -248,7 +39,7 @@ impl Writer {
         Ok(())
     }
 
-    fn upsert(&mut self, u: &Upsert, ts: i64) -> StoreResult<()> {
+    pub(super) fn upsert(&mut self, u: &Upsert, ts: i64) -> StoreResult<()> {
         let t = u.table;
         let now = self.now();
         let pk_len = pk_cols(t).len();
@@ -281,7 +72,7 @@ impl Writer {
     }
 
     /// The registry id of a partition, registering the partition if it is new.
-    fn partition_id(&mut self, t: &TableDef, partition: &[Value], token: i64) -> StoreResult<i64> {
+    pub(super) fn partition_id(&mut self, t: &TableDef, partition: &[Value], token: i64) -> StoreResult<i64> {
         let registry = q(&registry_table(t));
         let pk: Vec<&Column> = pk_cols(t);
         let mut sql = Sql::default();
@@ -303,7 +94,7 @@ impl Writer {
 
     /// Drops a partition's registry row once it has neither static cells nor
     /// rows. `table` is the rows table; `statics` names its static columns.
-    fn forget_if_empty(&mut self, table: &str, statics: &[String], pid: i64) -> StoreResult<()> {
+    pub(super) fn forget_if_empty(&mut self, table: &str, statics: &[String], pid: i64) -> StoreResult<()> {
         let no_statics: Vec<String> = statics.iter().map(|c| format!("{} IS NULL", q(&format!("{c}$ts")))).collect();
         let no_statics = if no_statics.is_empty() { "1".to_owned() } else { no_statics.join(" AND ") };
         let sql = format!(
@@ -319,7 +110,7 @@ impl Writer {
     /// Writes the cells that win against what is stored (per-cell last write wins).
     /// `key` is the SQLite key of `table` (see [`CellTable::key_columns`]);
     /// `cells` are (index in `table.cols`, value, metadata).
-    fn merge_cells(
+    pub(super) fn merge_cells(
         &mut self,
         table: &CellTable,
         key: &[Value],
@@ -406,7 +197,7 @@ impl Writer {
     /// The stored write metadata of one row: its marker and each cell's, with
     /// whether the cell's timestamp is the marker's.
     #[allow(clippy::type_complexity)]
-    fn load_meta(
+    pub(super) fn load_meta(
         &self,
         table: &CellTable,
         key_cols: &[String],
@@ -438,7 +229,7 @@ impl Writer {
         Ok(Some((marker, cells)))
     }
 
-    fn load_value(&self, table: &str, key_cols: &[String], key: &[Value], col: &Column) -> StoreResult<Value> {
+    pub(super) fn load_value(&self, table: &str, key_cols: &[String], key: &[Value], col: &Column) -> StoreResult<Value> {
         let mut sql = Sql::default();
         let cond: Vec<String> = key_cols.iter().zip(key).map(|(c, v)| format!("{} = {}", q(c), sql.bind(to_sql(v)))).collect();
         sql.push(&format!("SELECT {} FROM {} WHERE {}", q(col.name), q(table), cond.join(" AND ")));
@@ -449,14 +240,14 @@ impl Writer {
 
     /// Tombstones of a partition with a timestamp at or after `ts`: `None` for a
     /// partition tombstone, else the slice it covers.
-    fn tombstones_since(&self, t: &TableDef, partition: &[Value], ts: i64) -> StoreResult<Vec<Option<Slice>>> {
+    pub(super) fn tombstones_since(&self, t: &TableDef, partition: &[Value], ts: i64) -> StoreResult<Vec<Option<Slice>>> {
         let mut stmt = self.conn.prepare_cached("SELECT slice FROM \"$tombstones\" WHERE tbl = ?1 AND pk = ?2 AND ts >= ?3")?;
         let blobs: Vec<Option<Vec<u8>>> =
             stmt.query_map(rusqlite::params![t.name, encode_values(partition), ts], |r| r.get(0))?.collect::<Result<_, _>>()?;
         blobs.into_iter().map(|b| b.map(|b| decode_slice(&b)).transpose()).collect()
     }
 
-    fn delete(&mut self, d: &Delete, ts: i64) -> StoreResult<()> {
+    pub(super) fn delete(&mut self, d: &Delete, ts: i64) -> StoreResult<()> {
         let t = d.table;
         let purge = self.now() + self.gc_grace_micros;
         let slice = match &d.target {
@@ -483,7 +274,7 @@ impl Writer {
     /// Removes every cell (and marker) written at or before `ts` in the slice:
     /// whole rows where nothing newer remains, single cells elsewhere. The
     /// statics' registry row stays (rows may refer to it) with its cells cleared.
-    fn delete_cells(&mut self, table: &CellTable, partition: &[Value], slice: Option<&Slice>, ts: i64) -> StoreResult<()> {
+    pub(super) fn delete_cells(&mut self, table: &CellTable, partition: &[Value], slice: Option<&Slice>, ts: i64) -> StoreResult<()> {
         let (t, cols, marker) = (table.def, &table.cols, table.marker);
         let table = table.name.as_str();
         let mut ts_cols: Vec<String> = cols.iter().map(|c| ts_col(c)).collect();
@@ -600,7 +391,14 @@ impl Writer {
 
     /// Keeps the delete so later-arriving older writes stay deleted. A tombstone
     /// made redundant by a newer one covering as much is not kept.
-    fn record_tombstone(&mut self, t: &TableDef, partition: &[Value], slice: Option<Slice>, ts: i64, purge: i64) -> StoreResult<()> {
+    pub(super) fn record_tombstone(
+        &mut self,
+        t: &TableDef,
+        partition: &[Value],
+        slice: Option<Slice>,
+        ts: i64,
+        purge: i64,
+    ) -> StoreResult<()> {
         let pk = encode_values(partition);
         let mut stmt = self.conn.prepare_cached("SELECT rowid, slice, ts FROM \"$tombstones\" WHERE tbl = ?1 AND pk = ?2")?;
         let existing: Vec<(i64, Option<Vec<u8>>, i64)> =
@@ -630,7 +428,7 @@ impl Writer {
         Ok(())
     }
 
-    fn cas(&mut self, c: &Cas) -> StoreResult<CasOutcome> {
+    pub(super) fn cas(&mut self, c: &Cas) -> StoreResult<CasOutcome> {
         let now = self.now();
         let t = c.table;
         let row = match &c.clustering {
@@ -639,7 +437,7 @@ impl Writer {
                     .slice(Slice::prefix(ck.iter().cloned()))
                     .limit(1)
                     .columns(regular_cols(t).iter().map(|c| c.name));
-                super::query::read_rows(&self.conn, &query, None, now)?.0.into_iter().next()
+                crate::embedded::query::read_rows(&self.conn, &query, None, now)?.0.into_iter().next()
             }
             None => None,
         };
@@ -674,112 +472,6 @@ impl Writer {
         }
         Ok(CasOutcome { applied: true, current: None })
     }
-
-    /// A purge on the engine's own schedule: counted and logged here, as
-    /// nobody waits for its answer.
-    fn purge_and_report(&mut self) {
-        match self.purge() {
-            Ok(stats) => {
-                metrics::counter!("storage_purged_rows_total", "service" => self.metrics_service, "engine" => "embedded")
-                    .increment(stats.rows);
-                metrics::counter!("storage_purged_tombstones_total", "service" => self.metrics_service, "engine" => "embedded")
-                    .increment(stats.tombstones);
-                if stats.rows > 0 || stats.tombstones > 0 {
-                    tracing::info!(
-                        rows = stats.rows,
-                        tombstones = stats.tombstones,
-                        bytes_freed = stats.bytes_freed,
-                        "purged expired data"
-                    );
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "purging expired data failed"),
-        }
-    }
-
-    fn purge(&mut self) -> StoreResult<PurgeStats> {
-        let before = self.file_bytes();
-        let now = self.now();
-        let mut stats = PurgeStats::default();
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = (|| {
-            let has_engine_tables: bool =
-                self.conn.query_row("SELECT count(*) = 2 FROM sqlite_master WHERE name IN ('$tombstones', '$tables')", [], |r| r.get(0))?;
-            if !has_engine_tables {
-                return Ok(());
-            }
-            let tables: Vec<String> =
-                self.conn.prepare("SELECT name FROM \"$tables\"")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-            for table in tables {
-                let registry = registry_of(&table);
-                // Partitions that lost rows or static cells may now be empty.
-                let mut touched: BTreeSet<i64> = BTreeSet::new();
-                let mut stmt = self.conn.prepare(&format!("DELETE FROM {} WHERE \"$purge\" <= ?1 RETURNING {}", q(&table), q(PID)))?;
-                let mut rows = stmt.query([now])?;
-                while let Some(r) = rows.next()? {
-                    touched.insert(r.get(0)?);
-                    stats.rows += 1;
-                }
-                drop(rows);
-                drop(stmt);
-                // Static cells are the registry's columns with a timestamp beside them.
-                let statics: Vec<String> = self
-                    .conn
-                    .prepare("SELECT substr(name, 1, length(name) - 3) FROM pragma_table_info(?1) WHERE name LIKE '%$ts'")?
-                    .query_map([&registry], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?;
-                if !statics.is_empty() {
-                    let clear: Vec<String> = statics
-                        .iter()
-                        .flat_map(|c| [c.clone(), format!("{c}$ts"), format!("{c}$exp")])
-                        .map(|c| format!("{} = NULL", q(&c)))
-                        .collect();
-                    let sql = format!(
-                        "UPDATE {} SET {}, \"$purge\" = NULL WHERE \"$purge\" <= ?1 RETURNING {}",
-                        q(&registry),
-                        clear.join(", "),
-                        q(PID)
-                    );
-                    let mut stmt = self.conn.prepare(&sql)?;
-                    let mut rows = stmt.query([now])?;
-                    while let Some(r) = rows.next()? {
-                        touched.insert(r.get(0)?);
-                        stats.rows += 1;
-                    }
-                }
-                for pid in touched {
-                    self.forget_if_empty(&table, &statics, pid)?;
-                }
-            }
-            stats.tombstones = self.conn.execute("DELETE FROM \"$tombstones\" WHERE \"$purge\" <= ?1", [now])? as u64;
-            Ok::<_, StoreError>(())
-        })();
-        match result {
-            Ok(()) => self.conn.execute_batch("COMMIT")?,
-            Err(e) => {
-                self.conn.execute_batch("ROLLBACK")?;
-                return Err(e);
-            }
-        }
-        // Hand freed pages back to the file system: move them to the end of the
-        // file and truncate it, then fold the WAL into the database. The vacuum
-        // frees pages as it is stepped, so it must be stepped to the end.
-        step_to_end(&self.conn, "PRAGMA incremental_vacuum")?;
-        step_to_end(&self.conn, "PRAGMA wal_checkpoint(TRUNCATE)")?;
-        stats.bytes_freed = before.saturating_sub(self.file_bytes());
-        Ok(stats)
-    }
-
-    fn file_bytes(&self) -> u64 {
-        ["", "-wal"]
-            .iter()
-            .filter_map(|suffix| {
-                let mut p = self.db_path.clone().into_os_string();
-                p.push(suffix);
-                std::fs::metadata(p).ok().map(|m| m.len())
-            })
-            .sum()
-    }
 }
 
 /// The cells of `writes` that belong in `table`, as (index in `table.cols`, value, metadata).
@@ -789,26 +481,4 @@ fn cells_of<'v>(
     meta: impl Fn(&Value) -> CellMeta,
 ) -> Vec<(usize, &'v Value, CellMeta)> {
     writes.iter().filter_map(|(name, v)| table.cols.iter().position(|c| c.name == *name).map(|i| (i, v, meta(v)))).collect()
-}
-
-/// Runs a statement until it has no more rows (some pragmas work a step at a time).
-fn step_to_end(conn: &Connection, sql: &str) -> StoreResult<()> {
-    let mut stmt = conn.prepare(sql)?;
-    let mut rows = stmt.query([])?;
-    while rows.next()?.is_some() {}
-    Ok(())
-}
-
-fn fail(job: Job, err: StoreError) {
-    match job {
-        Job::Ensure(_, r) | Job::Apply(_, r) => {
-            let _ = r.send(Err(err));
-        }
-        Job::Cas(_, r) => {
-            let _ = r.send(Err(err));
-        }
-        Job::Purge(r) => {
-            let _ = r.send(Err(err));
-        }
-    }
 }
