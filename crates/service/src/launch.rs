@@ -1,12 +1,15 @@
 //! Starting services and jobs: what every binary's `main` shares.
 //!
 //! A service is defined once ([`ServiceDefinition`]: name, default port,
-//! schema component, how to build it from a [`Context`]) and built into a
-//! value ([`Service`]: its platform, router and workers). A binary serves one
-//! ([`service_main`]); a process can serve several side by side, each with its
-//! own store and listener ([`serve_all`]); the test harness builds them the
-//! same way. A job ([`run_task`], the janitor) gets the same shutdown
-//! signal, no listener, and ends with an exit code.
+//! schema component, its own settings type, how to build it from them and a
+//! [`Context`]) and built into a value ([`Service`]: its platform, router and
+//! workers). Its settings are values: the binary parses them from its command
+//! line ([`ServiceArgs`]), `revstore up` and the tests build them in code, and
+//! all three start the service through [`start`] (bind, open, build). A
+//! binary serves one ([`service_main`]); a process can serve several side by
+//! side, each with its own store and listener ([`serve_all`]). A job
+//! ([`run_task`], the janitor) gets the same shutdown signal, no listener,
+//! and ends with an exit code.
 
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -21,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::janitor_admin::{JanitorAdmin, Sweep};
 use crate::server::Platform;
-use crate::settings::{CommonArgs, ServiceSettings, exit_on_settings_error, parse_args_or_exit};
+use crate::settings::{CommonArgs, ServiceSettings, SettingsError, exit_on_settings_error, parse_args_or_exit};
 
 /// A start-up failure, as a message for the operator.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -29,9 +32,15 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Resolves when the service must shut down.
 pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The command line of a service binary: its own settings and the shared ones.
+/// The command line of a service binary: the shared settings and its own.
+/// The command line is one way to say the settings; `revstore up` and the
+/// tests build the same values in code ([`ServiceDefinition::Settings`]).
 pub trait ServiceArgs: clap::Parser + Send + 'static {
+    /// The service's own settings, as a value.
+    type Settings: Send + 'static;
     fn common(&self) -> &CommonArgs;
+    /// Its own settings, checked: an unusable one is said here (exit 64).
+    fn settings(&self) -> Result<Self::Settings, SettingsError>;
 }
 
 /// What a service is built from: its store (opened, its schema migrated when
@@ -52,8 +61,10 @@ impl Context {
 
 /// A kind of service: its name, port, tables, and how to build one.
 pub trait ServiceDefinition: 'static {
+    /// Its own settings, beside the shared [`ServiceSettings`].
+    type Settings: Send + 'static;
     /// Its command line (its own settings, and the shared ones flattened).
-    type Args: ServiceArgs;
+    type Args: ServiceArgs<Settings = Self::Settings>;
     /// `current-store`, `old-store`…: logs, metrics, the binary's name.
     const NAME: &'static str;
     const DEFAULT_PORT: u16;
@@ -61,7 +72,7 @@ pub trait ServiceDefinition: 'static {
     const SCHEMA: &'static Component;
 
     /// Builds the service (routes, workers) from its settings and context.
-    fn build(args: Self::Args, context: Context) -> impl Future<Output = Result<Service, BoxError>> + Send;
+    fn build(settings: Self::Settings, context: Context) -> impl Future<Output = Result<Service, BoxError>> + Send;
 }
 
 /// A service's routes with their path templates remembered: the contract
@@ -148,12 +159,54 @@ impl Service {
     }
 }
 
-/// Builds a service of kind `D` from its command line (settings resolved,
-/// store opened).
-pub async fn build<D: ServiceDefinition>(args: D::Args) -> Result<Service, BoxError> {
-    let settings = args.common().resolve(D::DEFAULT_PORT)?;
-    let context = Context::open(settings, D::SCHEMA).await?;
-    D::build(args, context).await
+/// Why a service did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Its address is taken or not this machine's (exit 69 for a binary).
+    #[error("{service}: cannot listen on {address}: {source}")]
+    Listen { service: &'static str, address: std::net::SocketAddr, source: std::io::Error },
+    /// Its store did not open or migrate, or the service refused its settings.
+    #[error("{service}: {reason}")]
+    Build { service: &'static str, reason: BoxError },
+}
+
+/// The start-up of every service — its binary, `revstore up` and the test
+/// harness go through it: bind the listener, open the store the settings
+/// name (migrating it when they say so), build the service.
+pub async fn start<D: ServiceDefinition>(settings: ServiceSettings, own: D::Settings) -> Result<(Service, TcpListener), StartError> {
+    start_with::<D>(settings, own, None).await
+}
+
+/// [`start`] on a store already open (an embedded engine on an injected
+/// clock, in a test), migrated by the caller.
+pub async fn start_on_store<D: ServiceDefinition>(
+    settings: ServiceSettings,
+    own: D::Settings,
+    store: Store,
+) -> Result<(Service, TcpListener), StartError> {
+    start_with::<D>(settings, own, Some(store)).await
+}
+
+async fn start_with<D: ServiceDefinition>(
+    settings: ServiceSettings,
+    own: D::Settings,
+    store: Option<Store>,
+) -> Result<(Service, TcpListener), StartError> {
+    let address = settings.listen;
+    let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { service: D::NAME, address, source })?;
+    let failed = |reason: BoxError| StartError::Build { service: D::NAME, reason };
+    let context = match store {
+        Some(store) => Context { store, settings },
+        None => Context::open(settings, D::SCHEMA).await.map_err(failed)?,
+    };
+    let service = D::build(own, context).await.map_err(failed)?;
+    Ok((service, listener))
+}
+
+/// A binary's command line as settings values: the shared ones resolved
+/// (files read) and the service's own.
+pub fn settings_of<A: ServiceArgs>(args: &A, default_port: u16) -> Result<(ServiceSettings, A::Settings), SettingsError> {
+    Ok((args.common().resolve(default_port)?, args.settings()?))
 }
 
 /// Serves several services side by side, each on its own listener, until
@@ -217,8 +270,8 @@ pub fn service_main<D: ServiceDefinition>() -> ExitCode {
     let tuning = revstore_allocator::tune();
     let binary = format!("revstore-{}", D::NAME);
     let args: D::Args = parse_args_or_exit();
-    let settings = match args.common().resolve(D::DEFAULT_PORT) {
-        Ok(s) => s,
+    let (settings, own) = match settings_of(&args, D::DEFAULT_PORT) {
+        Ok(settings) => settings,
         Err(e) => exit_on_settings_error(&binary, e),
     };
     let runtime = match service_runtime(settings.memory.blocking_threads) {
@@ -228,7 +281,7 @@ pub fn service_main<D: ServiceDefinition>() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    runtime.block_on(serve_main::<D>(&binary, args, settings, tuning))
+    runtime.block_on(serve_main::<D>(&binary, settings, own, tuning))
 }
 
 /// The runtime of a service process. Its blocking threads (SQLite reads,
@@ -246,8 +299,8 @@ pub fn service_runtime(blocking_threads: usize) -> std::io::Result<tokio::runtim
 
 async fn serve_main<D: ServiceDefinition>(
     binary: &str,
-    args: D::Args,
     settings: ServiceSettings,
+    own: D::Settings,
     tuning: revstore_allocator::Tuning,
 ) -> ExitCode {
     let telemetry = match revstore_telemetry::init(D::NAME) {
@@ -264,23 +317,22 @@ async fn serve_main<D: ServiceDefinition>(
         blocking_threads = settings.memory.blocking_threads,
         "allocator and runtime"
     );
-    let listener = match TcpListener::bind(settings.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(address = %settings.listen, error = %e, "cannot listen");
-            return ExitCode::from(69);
+    let code = match start::<D>(settings, own).await {
+        Err(StartError::Listen { address, source, .. }) => {
+            tracing::error!(%address, error = %source, "cannot listen");
+            ExitCode::from(69)
         }
-    };
-    let served = async {
-        let context = Context::open(settings, D::SCHEMA).await?;
-        D::build(args, context).await?.serve(listener, crate::server::shutdown_signal()).await
-    };
-    let code = match served.await {
-        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "{} stopped", D::NAME);
             ExitCode::from(1)
         }
+        Ok((service, listener)) => match service.serve(listener, crate::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "{} stopped", D::NAME);
+                ExitCode::from(1)
+            }
+        },
     };
     telemetry.shutdown();
     code

@@ -19,8 +19,11 @@
 //!   `/metrics`, `/openapi.json`, timeouts, body limits, panics caught) and
 //!   [`server::serve`] with its graceful shutdown.
 //! - [`launch`]: a service as a value ([`ServiceDefinition`] builds a
-//!   [`Service`] from a [`Context`]), serving one ([`service_main`]) or several
-//!   in one process ([`serve_all`]), and a job run to an exit code ([`run_task`]).
+//!   [`Service`] from its settings and a [`Context`]), the one start-up
+//!   sequence ([`start`]: bind, open, build) that its binary
+//!   ([`service_main`]), `revstore up` and the test harness share, serving
+//!   several in one process ([`serve_all`]), and a job run to an exit code
+//!   ([`run_task`]).
 //! - [`worker`]: background loops as [`worker::Worker`]s, with their states,
 //!   failure pauses and metrics in one place.
 //! - [`janitor_admin`]: what every service answers the janitor: the run
@@ -46,8 +49,8 @@ pub mod worker;
 
 pub use access::{Access, WriteAccess};
 pub use launch::{
-    BoxError, Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, build, open_store,
-    run_task, serve_all, service_main,
+    BoxError, Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, StartError, open_store,
+    run_task, serve_all, service_main, settings_of, start, start_on_store,
 };
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};

@@ -43,13 +43,35 @@ impl FromStr for Secret {
     }
 }
 
+/// The settings' defaults: the command line's and those of a value built in
+/// code ([`CommonArgs::default`], what `revstore up` and the tests start from).
+pub mod defaults {
+    pub const DATA_DIR: &str = "./data";
+    pub const KEYSPACE: &str = "revstore";
+    pub const REPLICATION: &str = "1";
+    pub const CONSISTENCY: &str = "local_quorum";
+    pub const STORAGE_TIMEOUT_SECS: u64 = 10;
+    pub const PURGE_INTERVAL_SECS: u64 = 600;
+    pub const REQUEST_TIMEOUT_SECS: u64 = 30;
+    pub const MAX_CONNECTIONS: usize = 1024;
+    pub const HEADER_READ_TIMEOUT_SECS: u64 = 10;
+    pub const IDLE_TIMEOUT_SECS: u64 = 60;
+    pub const MEMORY_BUDGET_MB: u64 = 1024;
+    pub const BODY_LIMIT_BYTES: usize = 32 * 1024 * 1024;
+    pub const SHUTDOWN_DELAY_SECS: u64 = 5;
+    pub const DRAIN_TIMEOUT_SECS: u64 = 20;
+    pub const ACCESS_LOG_EVERY: u64 = 100;
+    pub const SLOW_REQUEST_MS: u64 = 1000;
+    pub const TITLE_CASE: &str = "upper";
+}
+
 /// Where the data lives: the embedded engine's directory, or a Cassandra
 /// cluster. One parser and one set of names for every service, revstore-migrate
 /// and the janitor.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StorageArgs {
     /// Directory of the embedded storage engine, used when no Cassandra is given.
-    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
+    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = defaults::DATA_DIR)]
     pub data_dir: PathBuf,
 
     /// Cassandra/ScyllaDB contact points, comma-separated host[:port]; set = Cassandra engine.
@@ -57,7 +79,7 @@ pub struct StorageArgs {
     pub cassandra: Vec<String>,
 
     /// Cassandra keyspace.
-    #[arg(long, env = "REVSTORE_KEYSPACE", default_value = "revstore")]
+    #[arg(long, env = "REVSTORE_KEYSPACE", default_value = defaults::KEYSPACE)]
     pub keyspace: String,
 
     /// Local datacenter: requests go there, LOCAL_* consistency counts there.
@@ -65,11 +87,11 @@ pub struct StorageArgs {
     pub cassandra_datacenter: Option<String>,
 
     /// Replication of a keyspace that has to be created: `3`, or `eqiad:3,codfw:3`.
-    #[arg(long, alias = "replication", env = "REVSTORE_CASSANDRA_REPLICATION", default_value = "1")]
+    #[arg(long, alias = "replication", env = "REVSTORE_CASSANDRA_REPLICATION", default_value = defaults::REPLICATION)]
     pub cassandra_replication: Replication,
 
     /// Consistency of reads and writes: one, local_one, quorum, local_quorum, each_quorum, all.
-    #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = "local_quorum")]
+    #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = defaults::CONSISTENCY)]
     pub cassandra_consistency: ConsistencyLevel,
 
     /// Cassandra user name (with --cassandra-password-file).
@@ -97,12 +119,34 @@ pub struct StorageArgs {
     pub cassandra_tls_key_file: Option<PathBuf>,
 
     /// Seconds a storage request may take before it fails as unavailable.
-    #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = 10)]
+    #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = defaults::STORAGE_TIMEOUT_SECS)]
     pub storage_timeout_secs: u64,
 
     /// Embedded engine: seconds between its purges of expired data (0: never; the janitor can).
-    #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = 600)]
+    #[arg(long, env = "REVSTORE_PURGE_INTERVAL_SECS", default_value_t = defaults::PURGE_INTERVAL_SECS)]
     pub purge_interval_secs: u64,
+}
+
+impl Default for StorageArgs {
+    /// The embedded engine in `./data`, as with no flag and no variable set.
+    fn default() -> Self {
+        StorageArgs {
+            data_dir: PathBuf::from(defaults::DATA_DIR),
+            cassandra: Vec::new(),
+            keyspace: defaults::KEYSPACE.to_owned(),
+            cassandra_datacenter: None,
+            cassandra_replication: defaults::REPLICATION.parse().expect("the default replication parses"),
+            cassandra_consistency: defaults::CONSISTENCY.parse().expect("the default consistency parses"),
+            cassandra_username: None,
+            cassandra_password_file: None,
+            cassandra_tls_ca_file: None,
+            cassandra_tls_verify_name: true,
+            cassandra_tls_cert_file: None,
+            cassandra_tls_key_file: None,
+            storage_timeout_secs: defaults::STORAGE_TIMEOUT_SECS,
+            purge_interval_secs: defaults::PURGE_INTERVAL_SECS,
+        }
+    }
 }
 
 impl StorageArgs {
@@ -176,7 +220,7 @@ pub struct CommonArgs {
     pub page_token_key_file: Option<PathBuf>,
 
     /// Seconds a request may take before it is answered 503.
-    #[arg(long, env = "REVSTORE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "REVSTORE_REQUEST_TIMEOUT_SECS", default_value_t = defaults::REQUEST_TIMEOUT_SECS)]
     pub request_timeout_secs: u64,
 
     /// Most requests worked on at once; more are answered 503 with Retry-After
@@ -187,34 +231,34 @@ pub struct CommonArgs {
     /// Most connections open at once; at the cap the one idle longest (for
     /// more than 250 ms) is closed, else new connections wait to be
     /// accepted (lowered automatically to stay below the file-descriptor limit).
-    #[arg(long, env = "REVSTORE_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "REVSTORE_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS)]
     pub max_connections: usize,
 
     /// Seconds a request's headers may take to arrive, from their first byte
     /// (and a new connection may stay silent).
-    #[arg(long, env = "REVSTORE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    #[arg(long, env = "REVSTORE_HEADER_READ_TIMEOUT_SECS", default_value_t = defaults::HEADER_READ_TIMEOUT_SECS)]
     pub header_read_timeout_secs: u64,
 
     /// Seconds a kept-alive connection may stay idle between requests.
-    #[arg(long, env = "REVSTORE_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    #[arg(long, env = "REVSTORE_IDLE_TIMEOUT_SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     pub idle_timeout_secs: u64,
 
     /// The memory this service may use, in MB: set the Kubernetes memory
     /// limit from it. SQLite's page cache, the request bodies in flight and
     /// old-store's caches are derived from it (see OPERATIONS.md).
-    #[arg(long, env = "REVSTORE_MEMORY_BUDGET_MB", default_value_t = 1024)]
+    #[arg(long, env = "REVSTORE_MEMORY_BUDGET_MB", default_value_t = defaults::MEMORY_BUDGET_MB)]
     pub memory_budget_mb: u64,
 
     /// Largest request body accepted, in bytes.
-    #[arg(long, env = "REVSTORE_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
+    #[arg(long, env = "REVSTORE_BODY_LIMIT_BYTES", default_value_t = defaults::BODY_LIMIT_BYTES)]
     pub body_limit_bytes: usize,
 
     /// On SIGTERM: seconds to keep serving with /readyz at 503, so load balancers stop sending.
-    #[arg(long, env = "REVSTORE_SHUTDOWN_DELAY_SECS", default_value_t = 5)]
+    #[arg(long, env = "REVSTORE_SHUTDOWN_DELAY_SECS", default_value_t = defaults::SHUTDOWN_DELAY_SECS)]
     pub shutdown_delay_secs: u64,
 
     /// Then: seconds in-flight requests get to finish before they are cut.
-    #[arg(long, env = "REVSTORE_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
+    #[arg(long, env = "REVSTORE_DRAIN_TIMEOUT_SECS", default_value_t = defaults::DRAIN_TIMEOUT_SECS)]
     pub drain_timeout_secs: u64,
 
     /// Create the schema at start (default: yes on the embedded engine, no on
@@ -225,17 +269,46 @@ pub struct CommonArgs {
     /// Log one in this many successful requests at info (1: every request; 0:
     /// none); the others are logged at debug. Server errors, client errors and
     /// slow requests are always logged.
-    #[arg(long, env = "REVSTORE_ACCESS_LOG_EVERY", default_value_t = 100)]
+    #[arg(long, env = "REVSTORE_ACCESS_LOG_EVERY", default_value_t = defaults::ACCESS_LOG_EVERY)]
     pub access_log_every: u64,
 
     /// A request slower than this many milliseconds is always logged, at warn.
-    #[arg(long, env = "REVSTORE_SLOW_REQUEST_MS", default_value_t = 1000)]
+    #[arg(long, env = "REVSTORE_SLOW_REQUEST_MS", default_value_t = defaults::SLOW_REQUEST_MS)]
     pub slow_request_ms: u64,
 
     /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
     /// Every service of one wiki must agree.
-    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = "upper", value_parser = ["upper", "sensitive"])]
+    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = defaults::TITLE_CASE, value_parser = ["upper", "sensitive"])]
     pub title_case: String,
+}
+
+impl Default for CommonArgs {
+    /// Every setting at its default, none read from the environment: where a
+    /// service built in code (by `revstore up`, by a test) starts.
+    fn default() -> Self {
+        CommonArgs {
+            listen: None,
+            storage: StorageArgs::default(),
+            write_tokens: Vec::new(),
+            write_tokens_file: None,
+            read_tokens: Vec::new(),
+            read_tokens_file: None,
+            page_token_key_file: None,
+            request_timeout_secs: defaults::REQUEST_TIMEOUT_SECS,
+            max_in_flight: None,
+            max_connections: defaults::MAX_CONNECTIONS,
+            header_read_timeout_secs: defaults::HEADER_READ_TIMEOUT_SECS,
+            idle_timeout_secs: defaults::IDLE_TIMEOUT_SECS,
+            memory_budget_mb: defaults::MEMORY_BUDGET_MB,
+            body_limit_bytes: defaults::BODY_LIMIT_BYTES,
+            shutdown_delay_secs: defaults::SHUTDOWN_DELAY_SECS,
+            drain_timeout_secs: defaults::DRAIN_TIMEOUT_SECS,
+            migrate_on_start: None,
+            access_log_every: defaults::ACCESS_LOG_EVERY,
+            slow_request_ms: defaults::SLOW_REQUEST_MS,
+            title_case: defaults::TITLE_CASE.to_owned(),
+        }
+    }
 }
 
 /// The in-flight limit when none is set: 64 requests per CPU, from 64 to 1,024
@@ -411,6 +484,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_default_value_is_the_command_line_without_flags() {
+        // Built in code or parsed from nothing (the environment aside), a service gets the same settings.
+        let parsed = format!("{:?}", resolve(&[]).unwrap());
+        let built = format!("{:?}", CommonArgs::default().resolve(8081).unwrap());
+        assert_eq!(parsed, built);
     }
 
     #[test]

@@ -10,9 +10,9 @@ use http::StatusCode;
 use revstore_api::janitor::{StepReport, Task};
 use revstore_schema::model::ColumnType::Text;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
-use revstore_service::janitor_admin::{Stepped, Sweep, SweepError};
-use revstore_service::{CommonArgs, Platform, Routes, Service, ServiceArgs};
-use revstore_storage::{Delete, ScanPosition, ScanQuery, Store, Upsert, Value};
+use revstore_service::janitor_admin::{Stepped, Sweep, SweepError, SweepPosition};
+use revstore_service::{CommonArgs, Platform, Routes, Service};
+use revstore_storage::{Delete, ScanQuery, Store, Upsert, Value};
 use serde_json::{Value as Json, json};
 
 static NOTES: TableDef = TableDef {
@@ -35,12 +35,6 @@ struct TestArgs {
     common: CommonArgs,
 }
 
-impl ServiceArgs for TestArgs {
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-}
-
 /// Removes notes whose state is `stale`.
 struct StaleNotes {
     store: Store,
@@ -52,9 +46,8 @@ impl Sweep for StaleNotes {
         Task::Retention
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
-        let scanned = self.store.scan_range(&ScanQuery::new(&NOTES, budget).after(after)).await?;
+    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        let scanned = self.store.scan_range(&ScanQuery::new(&NOTES, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         for partition in &scanned.partitions {
             let row = self.store.get(&NOTES, partition.key.clone(), None).await?;
@@ -65,7 +58,7 @@ impl Sweep for StaleNotes {
                 }
             }
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| p.to_bytes()) })
+        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }
 

@@ -23,8 +23,8 @@ use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
 use revstore_service::worker::{Worker, WorkerState};
 use revstore_service::{
-    Access, ApiError, BoxError, CommonArgs, Context, JobOutcome, Platform, Routes, Service, ServiceArgs, ServiceDefinition, WriteAccess,
-    run_task, serve,
+    Access, ApiError, BoxError, CommonArgs, Context, JobOutcome, Platform, Routes, Secret, Service, ServiceArgs, ServiceDefinition,
+    SettingsError, StorageArgs, WriteAccess, run_task, serve,
 };
 use revstore_storage::{
     Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScanQuery, ScannedPartition, Store, StoreError, StoreResult, Upsert,
@@ -561,8 +561,14 @@ impl Worker for Seed {
 }
 
 impl ServiceArgs for TestArgs {
+    type Settings = ();
+
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+
+    fn settings(&self) -> Result<(), SettingsError> {
+        Ok(())
     }
 }
 
@@ -570,12 +576,13 @@ impl ServiceArgs for TestArgs {
 struct Items;
 
 impl ServiceDefinition for Items {
+    type Settings = ();
     type Args = TestArgs;
     const NAME: &'static str = "items";
     const DEFAULT_PORT: u16 = 0;
     const SCHEMA: &'static Component = &ITEMS_SCHEMA;
 
-    async fn build(_args: TestArgs, context: Context) -> Result<Service, BoxError> {
+    async fn build((): (), context: Context) -> Result<Service, BoxError> {
         let platform = Platform::new(Self::SCHEMA, context.store, context.settings, Default::default());
         platform.spawn_worker(Seed);
         let routes = Routes::new()
@@ -592,15 +599,22 @@ async fn one_process_serves_two_services_side_by_side_each_on_its_own_store() {
     let mut services = Vec::new();
     let mut urls = Vec::new();
     for dir in &dirs {
-        let args = TestArgs::parse_from(["items", "--data-dir", dir.path().to_str().expect("utf-8"), "--write-tokens", WRITE_TOKEN]);
-        let service = revstore_service::build::<Items>(args).await.expect("build");
+        // Settings built as values, as `revstore up` builds them.
+        let settings = CommonArgs {
+            listen: Some(([127, 0, 0, 1], 0).into()),
+            storage: StorageArgs { data_dir: dir.path().to_owned(), ..StorageArgs::default() },
+            write_tokens: vec![Secret::new(WRITE_TOKEN)],
+            ..CommonArgs::default()
+        }
+        .resolve(Items::DEFAULT_PORT)
+        .expect("settings");
+        let (service, listener) = revstore_service::start::<Items>(settings, ()).await.expect("start");
         assert_eq!(service.name(), "items");
         // Its own route, and the janitor's admin calls every service answers.
         assert_eq!(
             service.route_templates(),
             ["/{domain}/v1/items/{key}", "/admin/janitor/lease", "/admin/janitor/{task}/step", "/admin/storage/purge"]
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         urls.push(format!("http://{}", listener.local_addr().expect("addr")));
         services.push((service, listener));
     }

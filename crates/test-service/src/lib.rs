@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use revstore_service::ServiceDefinition;
+use revstore_service::{ServiceDefinition, ServiceSettings};
 use revstore_storage::testing::TestKeyspace;
 
 /// The storage engine a test runs a service on.
@@ -52,44 +52,45 @@ pub async fn start_on<D: ServiceDefinition>(engine: Engine, token: &str, extra: 
 }
 
 /// Starts a service of kind `D` on the embedded engine in `data_dir` (or,
-/// with `--cassandra` among `extra`, on Cassandra), built the way its binary
-/// builds it from the command line `extra` completes, and waits until it is
-/// ready.
+/// with `--cassandra` among `extra`, on Cassandra), with the settings its
+/// binary's command line `extra` completes, and waits until it is ready.
 pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, token: &str, extra: &[&str]) -> Service {
-    let program = format!("revstore-{}", D::NAME);
-    let mut argv: Vec<String> =
-        [program.as_str(), "--data-dir", data_dir.to_str().expect("utf-8"), "--write-tokens", token, "--shutdown-delay-secs", "0"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let mut argv: Vec<&str> = vec!["--data-dir", data_dir.to_str().expect("utf-8")];
     if !extra.contains(&"--body-limit-bytes") {
-        argv.extend(["--body-limit-bytes".to_owned(), "4000000".to_owned()]);
+        argv.extend(["--body-limit-bytes", "4000000"]);
     }
-    argv.extend(extra.iter().map(|s| s.to_string()));
-    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
-    let built = revstore_service::build::<D>(args).await.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
-    serve_until_ready(built).await
+    argv.extend_from_slice(extra);
+    let (settings, own) = settings::<D>(token, &argv);
+    let started = revstore_service::start::<D>(settings, own).await;
+    serve_until_ready::<D>(started).await
 }
 
 /// Starts a service of kind `D` on a store the test opened (an embedded
 /// engine on an injected clock, say), migrated by the caller; `extra`
 /// completes its command line.
 pub async fn start_with_store<D: ServiceDefinition>(store: revstore_storage::Store, token: &str, extra: &[&str]) -> Service {
-    let program = format!("revstore-{}", D::NAME);
-    let mut argv: Vec<String> =
-        [program.as_str(), "--write-tokens", token, "--shutdown-delay-secs", "0"].iter().map(|s| s.to_string()).collect();
-    argv.extend(extra.iter().map(|s| s.to_string()));
-    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
-    let settings = revstore_service::ServiceArgs::common(&args).resolve(0).unwrap_or_else(|e| panic!("{program}: {e}"));
-    let context = revstore_service::Context { store, settings };
-    let built = D::build(args, context).await.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
-    serve_until_ready(built).await
+    let (settings, own) = settings::<D>(token, extra);
+    let started = revstore_service::start_on_store::<D>(settings, own, store).await;
+    serve_until_ready::<D>(started).await
 }
 
-async fn serve_until_ready(built: revstore_service::Service) -> Service {
-    let program = format!("revstore-{}", built.name());
+/// The settings of a service of kind `D` for a test: its binary's command
+/// line completed by `extra`, listening on a free port of the loopback, no
+/// drain delay.
+fn settings<D: ServiceDefinition>(token: &str, extra: &[&str]) -> (ServiceSettings, D::Settings) {
+    let program = format!("revstore-{}", D::NAME);
+    let mut argv = vec![program.as_str(), "--write-tokens", token, "--shutdown-delay-secs", "0", "--listen", "127.0.0.1:0"];
+    argv.extend_from_slice(extra);
+    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
+    revstore_service::settings_of(&args, D::DEFAULT_PORT).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"))
+}
+
+async fn serve_until_ready<D: ServiceDefinition>(
+    started: Result<(revstore_service::Service, tokio::net::TcpListener), revstore_service::StartError>,
+) -> Service {
+    let program = format!("revstore-{}", D::NAME);
+    let (built, listener) = started.unwrap_or_else(|e| panic!("{program} does not start: {e}"));
     let route_templates = built.route_templates().to_vec();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let done = tokio::spawn(async move {

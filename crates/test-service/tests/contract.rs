@@ -3,7 +3,7 @@
 use axum::routing::get;
 use clap::Parser;
 use revstore_schema::Component;
-use revstore_service::{BoxError, CommonArgs, Context, Platform, Routes, Service, ServiceArgs, ServiceDefinition};
+use revstore_service::{BoxError, CommonArgs, Context, Platform, Routes, Service, ServiceArgs, ServiceDefinition, SettingsError};
 use revstore_test_service::Engine;
 
 static NO_TABLES: Component = Component { name: "drifting", version: 1, compatible_from: 1, tables: &[] };
@@ -15,8 +15,14 @@ struct Args {
 }
 
 impl ServiceArgs for Args {
+    type Settings = ();
+
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+
+    fn settings(&self) -> Result<(), SettingsError> {
+        Ok(())
     }
 }
 
@@ -39,12 +45,13 @@ struct Doc;
 struct Drifting;
 
 impl ServiceDefinition for Drifting {
+    type Settings = ();
     type Args = Args;
     const NAME: &'static str = "drifting";
     const DEFAULT_PORT: u16 = 0;
     const SCHEMA: &'static Component = &NO_TABLES;
 
-    async fn build(_args: Args, context: Context) -> Result<Service, BoxError> {
+    async fn build((): (), context: Context) -> Result<Service, BoxError> {
         let platform = Platform::new(Self::SCHEMA, context.store, context.settings, <Doc as utoipa::OpenApi>::openapi());
         let routes = Routes::new().route("/{domain}/v1/things/{x}", get(thing).post(thing)).route("/secret", get(thing));
         Ok(Service::new(platform, routes))

@@ -28,8 +28,8 @@ use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
 use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, RENDERS, SUPPRESSED, col};
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError};
-use revstore_storage::{Delete, ReadQuery, Row, ScanPosition, ScanQuery, ScannedPartition, Store, Value, Write, row_bytes};
+use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
+use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Store, Value, Write, row_bytes};
 
 use crate::pages::Pages;
 use crate::render::{StoredParts, decode_part};
@@ -77,10 +77,9 @@ impl Sweep for Retention {
         Task::Retention
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
-        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(after)).await?;
+        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         // Every title of the step in one multi-partition read.
         let reads = scanned.partitions.iter().map(|p| ReadQuery::new(&CURRENT, p.key.clone()).limit(ROWS_PER_TITLE)).collect();
@@ -96,7 +95,7 @@ impl Sweep for Retention {
                 store.apply_in_stages(self.supersede(&partition.key, leftovers)?).await?;
             }
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| p.to_bytes()) })
+        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }
 
@@ -108,7 +107,7 @@ impl Retention {
     fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Vec<Write>>, SweepError> {
         let [domain, title] = <[Value; 2]>::try_from(title_key.to_vec())
             .map_err(|_| SweepError::corrupt("a current partition key is not (domain, title)"))?;
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let now = self.pages.store.now_micros();
         let (mut contents, mut moves) = (Vec::new(), Vec::new());
         for row in leftovers {
             let id = crate::pages::render_id(row)?;
@@ -159,10 +158,9 @@ impl Sweep for HandOffCheck {
         Task::Archive
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let after = from.map(|b| ScanPosition::from_bytes(&b)).transpose().map_err(SweepError::position)?;
-        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(after)).await?;
+        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         for partition in &scanned.partitions {
             let (domain, title) = stored_page(&partition.key)?;
@@ -186,7 +184,7 @@ impl Sweep for HandOffCheck {
                 }
             }
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| p.to_bytes()) })
+        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }
 
@@ -208,7 +206,8 @@ impl HandOffCheck {
                 *at = (*at).max(id.tid.unix_micros());
             }
         }
-        let settled_before = SystemTime::now()
+        let settled_before = store
+            .now()
             .checked_sub(HAND_OFF_MARGIN)
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_micros() as i64);

@@ -26,13 +26,45 @@ use std::time::Duration;
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
-use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
+use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition, SettingsError};
 use utoipa::OpenApi;
 
 pub const SERVICE: &str = "current-store";
 pub const DEFAULT_PORT: u16 = 8081;
 
-/// current-store's settings: the shared ones and its own.
+/// current-store's own settings, as a value.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a superseded render stays retrievable by revision and by tid.
+    pub grace_ttl: Duration,
+    /// old-store's base URL: revisions not held here are read from it, and
+    /// the first render of each revision is handed to it.
+    pub old_store_url: Option<String>,
+    /// The dependency graph's base URL, for change notices.
+    pub graph_url: Option<String>,
+    /// Notify the graph of new revisions (needs `graph_url`).
+    pub notify_graph: bool,
+    /// This service presents the file's first token to old-store and the graph.
+    pub peer_token_file: Option<std::path::PathBuf>,
+}
+
+/// The grace TTL when none is set: a day.
+pub const DEFAULT_GRACE_TTL_SECS: u64 = 86_400;
+
+impl Default for Settings {
+    /// Not wired to old-store or the graph; a day's grace.
+    fn default() -> Self {
+        Settings {
+            grace_ttl: Duration::from_secs(DEFAULT_GRACE_TTL_SECS),
+            old_store_url: None,
+            graph_url: None,
+            notify_graph: false,
+            peer_token_file: None,
+        }
+    }
+}
+
+/// `revstore-current-store`'s command line: the shared settings and its own.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "revstore-current-store", version, about = "revstore current-store: the latest render of every page")]
 pub struct Args {
@@ -40,7 +72,7 @@ pub struct Args {
     pub common: CommonArgs,
 
     /// Seconds a superseded render stays retrievable by revision and by tid.
-    #[arg(long, env = "REVSTORE_GRACE_TTL", default_value_t = 86_400)]
+    #[arg(long, env = "REVSTORE_GRACE_TTL", default_value_t = DEFAULT_GRACE_TTL_SECS)]
     pub grace_ttl: u64,
 
     /// old-store's base URL: revisions not held here are read from it, and the
@@ -62,8 +94,23 @@ pub struct Args {
 }
 
 impl ServiceArgs for Args {
+    type Settings = Settings;
+
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+
+    fn settings(&self) -> Result<Settings, SettingsError> {
+        if self.notify_graph && self.graph_url.is_none() {
+            return Err(SettingsError("--notify-graph needs --graph-url".into()));
+        }
+        Ok(Settings {
+            grace_ttl: Duration::from_secs(self.grace_ttl.max(1)),
+            old_store_url: self.old_store_url.clone(),
+            graph_url: self.graph_url.clone(),
+            notify_graph: self.notify_graph,
+            peer_token_file: self.peer_token_file.clone(),
+        })
     }
 }
 
@@ -72,14 +119,15 @@ impl ServiceArgs for Args {
 pub struct CurrentStore;
 
 impl ServiceDefinition for CurrentStore {
+    type Settings = Settings;
     type Args = Args;
     const NAME: &'static str = SERVICE;
     const DEFAULT_PORT: u16 = DEFAULT_PORT;
     const SCHEMA: &'static Component = &revstore_schema::version::CURRENT_STORE;
 
-    async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
+    async fn build(args: Settings, context: Context) -> Result<Service, BoxError> {
         if args.notify_graph && args.graph_url.is_none() {
-            return Err("--notify-graph needs --graph-url".into());
+            return Err("change notices to the graph need its URL (--graph-url)".into());
         }
         let peer_token = match &args.peer_token_file {
             Some(path) => Some(revstore_client::tokens::read_peer_token(path, "peer token")?),
@@ -98,7 +146,7 @@ impl ServiceDefinition for CurrentStore {
         let Context { store, settings } = context;
         let pages = pages::Pages {
             store: store.clone(),
-            grace: Duration::from_secs(args.grace_ttl.max(1)),
+            grace: args.grace_ttl.max(Duration::from_secs(1)),
             hand_off: true,
             notify_graph: args.notify_graph,
         };

@@ -215,7 +215,7 @@ async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Opti
     let kind = row.text(col::KIND).unwrap_or("unknown");
     let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::TimeUuid(id)]), row)
         .set(col::ATTEMPTS, row.bigint(col::ATTEMPTS).unwrap_or(0) + 1)
-        .set(col::FAILED_AT, Value::Timestamp(now_millis()))
+        .set(col::FAILED_AT, Value::Timestamp(revstore_keys::time::millis(store.now())))
         .set(col::REASON, reason.to_owned());
     if let Some(status) = status {
         dead = dead.set(col::STATUS, i64::from(status));
@@ -254,10 +254,6 @@ fn copy_columns(mut upsert: Upsert, row: &Row) -> Upsert {
         }
     }
     upsert
-}
-
-fn now_millis() -> i64 {
-    revstore_keys::time::millis(std::time::SystemTime::now())
 }
 
 /// Sends one row; `Ok(false)` when nothing is configured to receive it.

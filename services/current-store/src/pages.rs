@@ -221,7 +221,7 @@ impl Pages {
         pre: &Preconditions,
     ) -> Result<PutOutcome, PagesError> {
         body.validate()?;
-        id.tid.check_render_time(SystemTime::now())?;
+        id.tid.check_render_time(self.store.now())?;
         let (suppressed, latest) = tokio::try_join!(
             self.is_suppressed(domain, title, id.rev),
             self.latest(domain, title, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]),
@@ -281,7 +281,7 @@ impl Pages {
                     // before this write; what a concurrent writer still adds is the
                     // janitor's.
                     let older = Slice::all().upper(std::ops::Bound::Excluded(Value::from(id.rev.as_i64())));
-                    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(ts);
+                    let now = self.store.now_micros();
                     becoming_visible.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts.max(now)).into());
                 }
             }
@@ -407,7 +407,7 @@ impl Pages {
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
-        let now_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let now_ms = revstore_keys::time::millis(self.store.now());
         let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?;
         let mut writes: Vec<Write> = vec![
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),

@@ -21,7 +21,7 @@
 use revstore_keys::{Domain, rfc3339};
 use revstore_schema::TableDef;
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENT_BUCKETS, DEPENDENTS, col};
-use revstore_storage::value::{decode_values, encode_values};
+use revstore_service::janitor_admin::SweepPosition;
 use revstore_storage::{
     Delete, ReadOrder, ReadQuery, Row, ScanPosition, ScanQuery, Slice, StoreError, Upsert, Value, clustering_key, slices_after,
 };
@@ -85,66 +85,21 @@ const LOOKUP_CHUNK: u64 = 1000;
 /// of milliseconds of work, however large the partitions are.
 pub(crate) const ROWS_PER_BUDGET_PARTITION: u64 = 100;
 
-/// Where a scan of one table stands: after the last partition it finished,
-/// and, when it stopped inside a partition, that partition and the last row
-/// it checked there.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct ScanCut {
-    pub after: Option<ScanPosition>,
-    pub inside: Option<(ScanPosition, Vec<Value>)>,
+/// A check's position as text, in its answers (`next`) and requests
+/// (`after`): the hex of the sweep position's bytes (the janitor's sweeps
+/// keep the same position as their checkpoint).
+fn position_text(position: &SweepPosition) -> String {
+    position.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A position's string form: `r` and the hex of its bytes; a plain scan
-/// position in hex (what steps answered before they could stop inside a
-/// partition) is read too.
-impl std::fmt::Display for ScanCut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("r")?;
-        self.to_bytes().iter().try_for_each(|b| write!(f, "{b:02x}"))
+fn parse_position_text(text: &str) -> Result<SweepPosition, StoreError> {
+    let bad = || StoreError::invalid("not a consistency position (the `next` of a step of this build)");
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return Err(bad());
     }
-}
-
-impl std::str::FromStr for ScanCut {
-    type Err = StoreError;
-
-    fn from_str(s: &str) -> Result<Self, StoreError> {
-        let Some(hex) = s.strip_prefix('r') else { return Ok(ScanCut { after: Some(s.parse()?), inside: None }) };
-        let bad = || StoreError::invalid("not a consistency position");
-        if !hex.len().is_multiple_of(2) || !hex.is_ascii() {
-            return Err(bad());
-        }
-        let bytes =
-            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
-        ScanCut::from_bytes(&bytes)
-    }
-}
-
-impl ScanCut {
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let blob = |bytes: Option<Vec<u8>>| bytes.map_or(Value::Null, Value::Blob);
-        encode_values(&[
-            blob(self.after.as_ref().map(ScanPosition::to_bytes)),
-            blob(self.inside.as_ref().map(|(p, _)| p.to_bytes())),
-            blob(self.inside.as_ref().map(|(_, last)| encode_values(last))),
-        ])
-    }
-
-    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StoreError> {
-        let bad = || StoreError::invalid("not a consistency position");
-        let values = decode_values(bytes).map_err(|_| bad())?;
-        let [after, partition, last] = values.as_slice() else { return Err(bad()) };
-        let position = |v: &Value| match v {
-            Value::Null => Ok(None),
-            Value::Blob(b) => ScanPosition::from_bytes(b).map(Some),
-            _ => Err(bad()),
-        };
-        let inside = match (position(partition)?, last) {
-            (None, Value::Null) => None,
-            (Some(p), Value::Blob(b)) => Some((p, decode_values(b).map_err(|_| bad())?)),
-            _ => return Err(bad()),
-        };
-        Ok(ScanCut { after: position(after)?, inside })
-    }
+    let bytes =
+        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
+    SweepPosition::from_bytes(&bytes).map_err(|_| bad())
 }
 
 /// What a step may do: partitions started and rows checked.
@@ -171,8 +126,8 @@ pub(crate) struct Found {
     pub listed: Vec<OneSidedEdge>,
     /// Fixed (`repair` only).
     pub repaired: u64,
-    /// Where the next step starts; `None`: the table is done.
-    pub next: Option<ScanCut>,
+    /// Where the next step starts (in the pass it started in); `None`: the table is done.
+    pub next: Option<SweepPosition>,
 }
 
 impl Pass {
@@ -216,21 +171,30 @@ enum Partition {
 impl Graph {
     /// One step of the check (see the module documentation).
     pub async fn check(&self, direction: Direction, after: Option<&str>, limit: u32) -> Result<ConsistencyStep, GraphError> {
-        let from = after.map(str::parse::<ScanCut>).transpose()?.unwrap_or_default();
+        let from = after.map(parse_position_text).transpose()?.unwrap_or_default();
         let found = self.sweep(Pass::Edges(direction), from, Budget::of_partitions(limit), false, MAX_REPORTED).await?;
         Ok(ConsistencyStep {
             direction,
             partitions: found.partitions,
             edges: found.rows,
             missing: found.listed,
-            next: found.next.map(|p| p.to_string()),
-            checked_at: rfc3339(std::time::SystemTime::now()),
+            next: found.next.as_ref().map(position_text),
+            checked_at: rfc3339(self.store().now()),
         })
     }
 
-    /// One bounded step of `pass` from `from`: what is out of step, repaired if `repair`.
-    pub(crate) async fn sweep(&self, pass: Pass, from: ScanCut, budget: Budget, repair: bool, keep: usize) -> Result<Found, GraphError> {
+    /// One bounded step of `pass` from `from` (a position in that pass):
+    /// what is out of step, repaired if `repair`.
+    pub(crate) async fn sweep(
+        &self,
+        pass: Pass,
+        from: SweepPosition,
+        budget: Budget,
+        repair: bool,
+        keep: usize,
+    ) -> Result<Found, GraphError> {
         let table = pass.table();
+        let cut = |after, inside| Some(SweepPosition { pass: from.pass, after, inside });
         let mut found = Found::default();
         let mut rows_left = budget.rows.max(1);
         let mut after = from.after;
@@ -238,7 +202,7 @@ impl Graph {
             found.partitions += 1;
             match self.sweep_partition(pass, &partition.key, Some(last), &mut rows_left, repair, keep, &mut found).await? {
                 Partition::Cut(last) => {
-                    found.next = Some(ScanCut { after, inside: Some((partition, last)) });
+                    found.next = cut(after, Some((partition, last)));
                     return Ok(found);
                 }
                 Partition::Done => after = Some(partition),
@@ -257,7 +221,7 @@ impl Graph {
                 found.partitions += 1;
                 match self.sweep_partition(pass, &partition.key, None, &mut rows_left, repair, keep, &mut found).await? {
                     Partition::Cut(last) => {
-                        found.next = Some(ScanCut { after, inside: Some((partition, last)) });
+                        found.next = cut(after, Some((partition, last)));
                         return Ok(found);
                     }
                     Partition::Done => after = Some(partition),
@@ -275,7 +239,7 @@ impl Graph {
                 Some(next) => after = Some(next),
             }
         }
-        found.next = Some(ScanCut { after, inside: None });
+        found.next = cut(after, None);
         Ok(found)
     }
 
@@ -461,16 +425,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn positions_round_trip_and_plain_scan_positions_still_parse() {
+    fn positions_round_trip_as_text_and_anything_else_is_refused() {
         let partition = ScanPosition { token: -5, key: vec![Value::from("en"), Value::from("Page")] };
-        let cut = ScanCut {
+        let position = SweepPosition {
+            pass: 1,
             after: Some(ScanPosition { token: -9, key: vec![Value::from("en"), Value::from("Before")] }),
             inside: Some((partition.clone(), vec![Value::from(7i64), Value::from("modification"), Value::from("T")])),
         };
-        assert_eq!(cut.to_string().parse::<ScanCut>().expect("parse"), cut);
-        assert_eq!(ScanCut::from_bytes(&cut.to_bytes()).expect("bytes"), cut);
-        let plain: ScanCut = partition.to_string().parse().expect("plain");
-        assert_eq!(plain, ScanCut { after: Some(partition), inside: None });
-        assert!("rzz".parse::<ScanCut>().is_err());
+        assert_eq!(parse_position_text(&position_text(&position)).expect("parse"), position);
+        // A bare scan position, odd or non-hex text: refused (a 400), never read as a position.
+        for text in [partition.to_string(), "zz".to_owned(), "2".to_owned(), String::new()] {
+            assert!(parse_position_text(&text).is_err(), "{text:?}");
+        }
     }
 }

@@ -86,25 +86,25 @@ pub struct Settings {
 
     /// Partitions visited per second across all services (0: no limit). The
     /// default keeps a run's load small beside the services' own.
-    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = 500)]
+    #[arg(long, env = "REVSTORE_JANITOR_OPS_PER_SEC", default_value_t = Settings::DEFAULT_OPS_PER_SEC)]
     pub ops_per_sec: u32,
 
     /// Partitions one step visits (1 to 10,000).
-    #[arg(long, env = "REVSTORE_JANITOR_STEP_PARTITIONS", default_value_t = 100)]
+    #[arg(long, env = "REVSTORE_JANITOR_STEP_PARTITIONS", default_value_t = Settings::DEFAULT_STEP_PARTITIONS)]
     pub step_partitions: u32,
 
     /// Seconds after which the run stops at the next step and exits 75 (the
     /// next run resumes). Keep it below the CronJob's schedule interval.
-    #[arg(long, env = "REVSTORE_JANITOR_DEADLINE_SECS", default_value_t = 3300)]
+    #[arg(long, env = "REVSTORE_JANITOR_DEADLINE_SECS", default_value_t = Settings::DEFAULT_DEADLINE_SECS)]
     pub deadline_secs: u64,
 
     /// Seconds the lease lasts unless renewed (renewed every third of it):
     /// how long a crashed run blocks the next one.
-    #[arg(long, env = "REVSTORE_JANITOR_LEASE_SECS", default_value_t = 300)]
+    #[arg(long, env = "REVSTORE_JANITOR_LEASE_SECS", default_value_t = Settings::DEFAULT_LEASE_SECS)]
     pub lease_secs: u64,
 
     /// Seconds one admin call may take (a purge of a large embedded store is the longest).
-    #[arg(long, env = "REVSTORE_JANITOR_CALL_TIMEOUT_SECS", default_value_t = 120)]
+    #[arg(long, env = "REVSTORE_JANITOR_CALL_TIMEOUT_SECS", default_value_t = Settings::DEFAULT_CALL_TIMEOUT_SECS)]
     pub call_timeout_secs: u64,
 
     /// A Prometheus Pushgateway's base URL: the run's metrics are pushed
@@ -125,7 +125,35 @@ pub struct Target {
     pub client: JanitorClient,
 }
 
+impl Default for Settings {
+    /// Every task, no service, the defaults of the command line; none read
+    /// from the environment (what `revstore up` starts from).
+    fn default() -> Self {
+        Settings {
+            tasks: Vec::new(),
+            dry_run: false,
+            current_store_url: None,
+            old_store_url: None,
+            graph_url: None,
+            peer_token_file: None,
+            ops_per_sec: Settings::DEFAULT_OPS_PER_SEC,
+            step_partitions: Settings::DEFAULT_STEP_PARTITIONS,
+            deadline_secs: Settings::DEFAULT_DEADLINE_SECS,
+            lease_secs: Settings::DEFAULT_LEASE_SECS,
+            call_timeout_secs: Settings::DEFAULT_CALL_TIMEOUT_SECS,
+            metrics_push_url: None,
+            metrics_file: None,
+        }
+    }
+}
+
 impl Settings {
+    pub const DEFAULT_OPS_PER_SEC: u32 = 500;
+    pub const DEFAULT_STEP_PARTITIONS: u32 = 100;
+    pub const DEFAULT_DEADLINE_SECS: u64 = 3300;
+    pub const DEFAULT_LEASE_SECS: u64 = 300;
+    pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 120;
+
     /// The tasks to run, in run order, each once.
     pub fn tasks(&self) -> Vec<Task> {
         let mut tasks = if self.tasks.is_empty() { Task::ALL.to_vec() } else { self.tasks.clone() };

@@ -50,11 +50,12 @@ fn block_prefix(key: &BlockKey) -> [Value; 3] {
     [Value::from(key.domain.as_str()), Value::from(key.title.as_str()), Value::from(key.block)]
 }
 
-/// The marker a render appended at `slot` of `key` leaves until it is compacted.
-pub fn marker(key: &BlockKey, slot: i64) -> Upsert {
+/// The marker a render appended at `slot` of `key` at `now` (the store's
+/// clock) leaves until it is compacted.
+pub fn marker(key: &BlockKey, slot: i64, now: SystemTime) -> Upsert {
     let [d, t, b] = block_prefix(key);
     Upsert::new(&ARCHIVE_DEBT, [Value::from(debt_shard(&key.domain, &key.title)), d, t, b, Value::from(slot)])
-        .set(col::APPENDED_AT, Value::Timestamp(millis(SystemTime::now())))
+        .set(col::APPENDED_AT, Value::Timestamp(millis(now)))
 }
 
 /// Deletes the markers of a block that a seal-level compaction discharged:
@@ -73,7 +74,7 @@ pub async fn discharge(store: &Store, key: &BlockKey, committed: i64) -> StoreRe
         })
         .await?;
     let left = store.read(&ReadQuery::new(&ARCHIVE_DEBT, [shard.clone()]).slice(Slice::prefix(block_prefix(key))).limit(100)).await?;
-    let abandoned_before = millis(SystemTime::now()) - ABANDONED_AFTER.as_millis() as i64;
+    let abandoned_before = millis(store.now()) - ABANDONED_AFTER.as_millis() as i64;
     for row in left.rows {
         let (Some(slot), Some(at)) = (row.bigint(col::SLOT), row.timestamp(col::APPENDED_AT)) else { continue };
         if at < abandoned_before {
@@ -174,7 +175,7 @@ async fn sweep(store: &Store, queue: &CompactionQueue, level: i32, max_blocks: u
                 let entry = latest.entry((domain.to_owned(), title.to_owned(), block)).or_insert(at);
                 *entry = (*entry).max(at);
             }
-            let now = millis(SystemTime::now());
+            let now = millis(store.now());
             for ((domain, title, block), at) in latest {
                 report.blocks += 1;
                 let wait = Duration::from_millis(u64::try_from(at + settle.as_millis() as i64 - now).unwrap_or(0));
@@ -193,6 +194,6 @@ async fn sweep(store: &Store, queue: &CompactionQueue, level: i32, max_blocks: u
         }
     }
     report.oldest_marker = oldest.map(rfc3339_millis);
-    report.finished_at = rfc3339_millis(millis(SystemTime::now()));
+    report.finished_at = rfc3339_millis(millis(store.now()));
     Ok(report)
 }

@@ -44,7 +44,41 @@ pub use archive::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
 pub const SERVICE: &str = "old-store";
 pub const DEFAULT_PORT: u16 = 8082;
 
-/// old-store's settings: the shared ones and its own.
+/// old-store's own settings, as a value.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Which renders are kept.
+    pub archive_policy: UpdatePolicy,
+    /// When a block is sealed.
+    pub limits: BlockLimits,
+    /// zstd level of a block's final compaction (1-22).
+    pub seal_level: i32,
+    /// How long a title's open block goes without archive writes before it
+    /// is compacted at the seal level.
+    pub settle: Duration,
+    /// Time between sweeps of the compaction debt table.
+    pub debt_sweep_every: Duration,
+    /// Megabytes of decoded blocks kept for reads (None: what the memory budget leaves).
+    pub block_cache_mb: Option<u64>,
+    /// Blocks decoded at once; 0: one per CPU, as many as the budget holds.
+    pub max_concurrent_decodes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            archive_policy: UpdatePolicy::FirstRenderPerRevision,
+            limits: BlockLimits { max_revisions: 1000, max_bytes: 16 << 20 },
+            seal_level: 19,
+            settle: Duration::from_secs(30),
+            debt_sweep_every: Duration::from_secs(300),
+            block_cache_mb: None,
+            max_concurrent_decodes: 0,
+        }
+    }
+}
+
+/// `revstore-old-store`'s command line: the shared settings and its own.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "revstore-old-store", version, about = "revstore old-store: every old revision, in compressed multi-revision blocks")]
 pub struct Args {
@@ -59,25 +93,25 @@ pub struct Args {
     /// A block is sealed when it holds this many revisions...
     /// (At most 10,000: a block's rows are read in one go, under the store's
     /// cap on reads without a limit.)
-    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = Settings::default().limits.max_revisions, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub block_max_revisions: u64,
 
     /// ...or when the next revision would take it past this many raw bytes.
-    #[arg(long, env = "REVSTORE_BLOCK_MAX_BYTES", default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(4096..))]
+    #[arg(long, env = "REVSTORE_BLOCK_MAX_BYTES", default_value_t = Settings::default().limits.max_bytes, value_parser = clap::value_parser!(u64).range(4096..))]
     pub block_max_bytes: u64,
 
     /// zstd level of a block's final compaction (1-22).
-    #[arg(long, env = "REVSTORE_SEAL_LEVEL", default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
+    #[arg(long, env = "REVSTORE_SEAL_LEVEL", default_value_t = Settings::default().seal_level, value_parser = clap::value_parser!(i32).range(1..=22))]
     pub seal_level: i32,
 
     /// Seconds without archive writes after which a title's open block is
     /// compacted at the seal level.
-    #[arg(long, env = "REVSTORE_SETTLE_SECS", default_value_t = 30)]
+    #[arg(long, env = "REVSTORE_SETTLE_SECS", default_value_t = Settings::default().settle.as_secs())]
     pub settle_secs: u64,
 
     /// Seconds between sweeps of the compaction debt table (which also run at
     /// start and on `POST /admin/compaction/sweep`).
-    #[arg(long, env = "REVSTORE_DEBT_SWEEP_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "REVSTORE_DEBT_SWEEP_SECS", default_value_t = Settings::default().debt_sweep_every.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub debt_sweep_secs: u64,
 
     /// Megabytes of decoded blocks kept in memory for reads (default: what
@@ -87,13 +121,27 @@ pub struct Args {
 
     /// Blocks decoded at once (each needs about twice its raw size while
     /// decoding); 0: one per CPU.
-    #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value_t = 0)]
+    #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value_t = Settings::default().max_concurrent_decodes)]
     pub max_concurrent_decodes: usize,
 }
 
 impl ServiceArgs for Args {
+    type Settings = Settings;
+
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+
+    fn settings(&self) -> Result<Settings, SettingsError> {
+        Ok(Settings {
+            archive_policy: self.archive_policy,
+            limits: BlockLimits { max_revisions: self.block_max_revisions, max_bytes: self.block_max_bytes },
+            seal_level: self.seal_level,
+            settle: Duration::from_secs(self.settle_secs),
+            debt_sweep_every: Duration::from_secs(self.debt_sweep_secs),
+            block_cache_mb: self.block_cache_mb,
+            max_concurrent_decodes: self.max_concurrent_decodes,
+        })
     }
 }
 
@@ -104,14 +152,14 @@ const TABLE_CAPS: [(Option<u32>, u64); 4] = [(None, 80 << 20), (Some(22), 20 << 
 /// The least block cache a budget must leave.
 const MIN_CACHE: u64 = 4 << 20;
 
-impl Args {
+impl Settings {
     /// The archive's settings, its parts taken from the memory budget: the
     /// decodes in flight (each about twice the largest block), one compaction
     /// (about five times it, and zstd's tables, capped as far as needed),
     /// and the block cache (what is left, or the one set, if it fits).
     pub fn archive_settings(&self, memory: &mut MemoryBudget, body_limit: usize) -> Result<ArchiveSettings, SettingsError> {
         // The largest block: a block's limit, or one revision as large as a body.
-        let largest = self.block_max_bytes.max(body_limit as u64);
+        let largest = self.limits.max_bytes.max(body_limit as u64);
         let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let decodes = self.concurrent_decodes(cpus, largest, memory.left());
         let decoding = 2 * largest * decodes as u64;
@@ -134,10 +182,10 @@ impl Args {
         memory.take("the block cache (REVSTORE_BLOCK_CACHE_MB)", cache_bytes)?;
         Ok(ArchiveSettings {
             policy: self.archive_policy,
-            limits: BlockLimits { max_revisions: self.block_max_revisions, max_bytes: self.block_max_bytes },
+            limits: self.limits,
             seal_level: self.seal_level,
             cache_bytes,
-            settle: Duration::from_secs(self.settle_secs),
+            settle: self.settle,
             max_concurrent_decodes: decodes,
             table_log_max,
         })
@@ -162,14 +210,15 @@ impl Args {
 pub struct OldStore;
 
 impl ServiceDefinition for OldStore {
+    type Settings = Settings;
     type Args = Args;
     const NAME: &'static str = SERVICE;
     const DEFAULT_PORT: u16 = DEFAULT_PORT;
     const SCHEMA: &'static Component = &revstore_schema::version::OLD_STORE;
 
-    async fn build(args: Args, context: Context) -> Result<Service, BoxError> {
+    async fn build(own: Settings, context: Context) -> Result<Service, BoxError> {
         let Context { store, mut settings } = context;
-        let archive_settings = args.archive_settings(&mut settings.memory, settings.body_limit)?;
+        let archive_settings = own.archive_settings(&mut settings.memory, settings.body_limit)?;
         tracing::info!(
             service = SERVICE,
             budget_mb = settings.memory.total() >> 20,
@@ -182,7 +231,7 @@ impl ServiceDefinition for OldStore {
         let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
         let debt = debt::DebtSweeper::new(platform.store().clone(), archive.queue().clone(), archive.seal_level());
         platform.spawn_worker(workers::Compaction::new(archive.clone()));
-        platform.spawn_worker(workers::DebtSweep::new(debt.clone(), Duration::from_secs(args.debt_sweep_secs)));
+        platform.spawn_worker(workers::DebtSweep::new(debt.clone(), own.debt_sweep_every));
         // Its audit: every live row is entitled (blocks, their index, suppressions,
         // and compaction debt markers until the compactor has paid them).
         let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
@@ -200,8 +249,8 @@ mod tests {
 
     fn divided(args: &[&str]) -> Result<(ArchiveSettings, MemoryBudget), String> {
         let args = Args::try_parse_from(["revstore-old-store"].iter().chain(args)).map_err(|e| e.to_string())?;
-        let mut settings = args.common().resolve(DEFAULT_PORT).map_err(|e| e.to_string())?;
-        let archive = args.archive_settings(&mut settings.memory, settings.body_limit).map_err(|e| e.to_string())?;
+        let (mut settings, own) = revstore_service::settings_of(&args, DEFAULT_PORT).map_err(|e| e.to_string())?;
+        let archive = own.archive_settings(&mut settings.memory, settings.body_limit).map_err(|e| e.to_string())?;
         Ok((archive, settings.memory))
     }
 
@@ -226,13 +275,13 @@ mod tests {
         assert_eq!((archive.max_concurrent_decodes, archive.table_log_max), (2, Some(18)), "{}", memory.describe());
         assert!(archive.cache_bytes >= MIN_CACHE, "{}", memory.describe());
         // One per CPU by default, as many as fit: 64 cores still start at the default budget.
-        let args = Args::try_parse_from(["revstore-old-store", "--data-dir", data]).unwrap();
+        let own = Settings::default();
         let (largest, left) = (32 << 20, 800 << 20);
-        assert_eq!(args.concurrent_decodes(2, largest, left), 2);
-        assert_eq!(args.concurrent_decodes(64, largest, left), 3);
-        assert_eq!(args.concurrent_decodes(64, largest, 10 << 20), 1);
+        assert_eq!(own.concurrent_decodes(2, largest, left), 2);
+        assert_eq!(own.concurrent_decodes(64, largest, left), 3);
+        assert_eq!(own.concurrent_decodes(64, largest, 10 << 20), 1);
         let set = Args::try_parse_from(["revstore-old-store", "--data-dir", data, "--max-concurrent-decodes", "8"]).unwrap();
-        assert_eq!(set.concurrent_decodes(64, largest, left), 8);
+        assert_eq!(set.settings().unwrap().concurrent_decodes(64, largest, left), 8);
         // A cache set larger than the budget leaves is refused, naming it.
         let too_big = divided(&["--data-dir", data, "--block-cache-mb", "2000"]).unwrap_err();
         assert!(too_big.contains("REVSTORE_BLOCK_CACHE_MB"), "{too_big}");

@@ -108,7 +108,7 @@ async fn put_render(
     let tid = Tid::parse(&tid)?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     crate::body::check(&body)?;
-    tid.check_render_time(std::time::SystemTime::now())?;
+    tid.check_render_time(state.archive.store().now())?;
     let outcome = state.archive.archive(&domain, &title, rev, tid, block_entry(&body)).await?;
     let (status, outcome, reason) = match outcome {
         ArchiveOutcome::Stored => (StatusCode::CREATED, "stored", None),

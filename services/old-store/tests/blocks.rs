@@ -16,7 +16,7 @@ use revstore_old_store::error::ArchiveError;
 use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_DEBT, ARCHIVE_META};
 use revstore_service::ApiError;
-use revstore_storage::{ReadQuery, Store, Upsert, Value};
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Store, Upsert, Value};
 use tokio_util::sync::CancellationToken;
 
 fn settings(max_revisions: u64, max_bytes: u64) -> ArchiveSettings {
@@ -316,6 +316,43 @@ async fn debt_is_kept_per_render_until_a_seal_level_compaction_covers_it(engine:
     assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 6)]);
     assert_compacted(archive.compact(&key, 19, &stop).await.expect("compact"), 7);
     assert!(debt_of(&store, &d, &t).await.is_empty());
+}
+
+/// A marker whose append never committed (its writer died between the
+/// marker and the row) outlives the seal that covers its block's committed
+/// renders, as an append still in flight must; once it is older than the
+/// abandoned-after limit by the store's clock, the next seal drops it.
+/// Time is the injected clock's: nothing sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_whose_append_never_committed_is_dropped_once_abandoned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
+    let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    let html = revstore_testdata::anarchism_html();
+    let archive = Archive::new(store.clone(), settings(1000, 1 << 30));
+    let (d, t) = page("Abandoned");
+    let stop = CancellationToken::new();
+    let generator = revstore_keys::TidGenerator::new();
+    let tid_now = || generator.next_at(store.now());
+    for (i, h) in html.iter().enumerate().take(3) {
+        archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid_now(), html_entry(h)).await.expect("archive");
+    }
+    let key = BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block: 0 };
+    store.write(revstore_old_store::debt::marker(&key, 5, store.now())).await.expect("the marker of an append that died");
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("seal"), 3);
+    assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 5)], "an append in flight keeps its marker");
+    // Within the limit, another seal keeps it too.
+    clock.advance(Duration::from_secs(3000));
+    archive.archive(&d, &t, RevId::new(4).expect("rev"), tid_now(), html_entry(&html[3])).await.expect("archive");
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("seal"), 4);
+    assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 5)]);
+    // Past it (an hour after the marker): the next seal drops it.
+    clock.advance(Duration::from_secs(601));
+    archive.archive(&d, &t, RevId::new(5).expect("rev"), tid_now(), html_entry(&html[4])).await.expect("archive");
+    assert_compacted(archive.compact(&key, 19, &stop).await.expect("seal"), 5);
+    assert!(debt_of(&store, &d, &t).await.is_empty(), "the abandoned marker outlived the limit");
 }
 
 async fn blocks_of_a_large_page_are_compressed_against_an_anchor(engine: Engine) {

@@ -2,8 +2,9 @@
 //!
 //! `revstore up` runs current-store, old-store and dependency-graph side by
 //! side in this process, each on the embedded engine under `DIR/<service>`
-//! (or on Cassandra when `REVSTORE_CASSANDRA` is set, its schema created
-//! first), wired to each other: current-store hands first renders to
+//! (or on Cassandra when `--cassandra`/`REVSTORE_CASSANDRA` is set, its schema
+//! created first), built from settings values and started by the platform's
+//! one start-up sequence (`revstore_service::start`), wired to each other: current-store hands first renders to
 //! old-store, reads old revisions from it and sends change notices to the
 //! graph. The janitor runs on a schedule (`--janitor-every-secs`), its last
 //! summary in `DIR/janitor.json`. The write token is
@@ -26,8 +27,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use revstore_service::{BoxError, Context, ServiceArgs, ServiceDefinition, serve_all, shutdown_signal};
-use tokio::net::TcpListener;
+use revstore_current_store::CurrentStore;
+use revstore_dependency_graph::DependencyGraph;
+use revstore_old_store::OldStore;
+use revstore_service::settings::defaults;
+use revstore_service::{BoxError, CommonArgs, ServiceDefinition, StorageArgs, serve_all, shutdown_signal, start};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -64,11 +68,17 @@ enum Command {
     },
 }
 
+/// `revstore up`'s settings. The services are built from these values, not
+/// from their binaries' command lines: a `REVSTORE_*` variable meant for a
+/// service binary (a listen address, a peer URL, read tokens) does not reach
+/// the services of `revstore up`; only the settings below do.
 #[derive(Debug, clap::Args)]
 struct UpArgs {
-    /// Each service's embedded store lives in DIR/<service>; the write token in DIR/write-token.
-    #[arg(long, env = "REVSTORE_DATA_DIR", default_value = "./data")]
-    data_dir: PathBuf,
+    /// The storage: on the embedded engine (no --cassandra), each service's
+    /// store lives in DATA_DIR/<service>; the write token is kept in
+    /// DATA_DIR/write-token either way.
+    #[command(flatten)]
+    storage: StorageArgs,
     /// Address the services listen on (0.0.0.0: every address, as in a container).
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -81,6 +91,9 @@ struct UpArgs {
     /// Seconds between janitor runs (the first runs this long after the start).
     #[arg(long, env = "REVSTORE_UP_JANITOR_EVERY_SECS", default_value_t = 3600)]
     janitor_every_secs: u64,
+    /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
+    #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = defaults::TITLE_CASE, value_parser = ["upper", "sensitive"])]
+    title_case: String,
 }
 
 #[tokio::main]
@@ -151,41 +164,48 @@ async fn copy(
 }
 
 async fn up(args: UpArgs) -> Result<(), BoxError> {
-    let _lock = lock_data_dir(&args.data_dir)?;
-    let (token_file, token_origin) = write_token(&args.data_dir)?;
+    let data_dir = args.storage.data_dir.clone();
+    let _lock = lock_data_dir(&data_dir)?;
+    let (token_file, token_origin) = write_token(&data_dir)?;
     // Listening on every address (in a container): the services call each other on the loopback.
     let peer_host = if args.host.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.host };
     let url = |port: u16| format!("http://{}", SocketAddr::new(peer_host, port));
     let (current_url, old_url, graph_url) = (url(args.current_store_port), url(args.old_store_port), url(args.graph_port));
-    let token = token_file.display().to_string();
-    let common = |service: &str, port: u16| -> Vec<String> {
-        let dir = args.data_dir.join(service).display().to_string();
-        let listen = SocketAddr::new(args.host, port).to_string();
-        ["--listen", &listen, "--data-dir", &dir, "--write-tokens-file", &token, "--shutdown-delay-secs", "0", "--migrate-on-start", "true"]
-            .map(str::to_owned)
-            .to_vec()
+    let shared = |service: &str, port: u16| {
+        CommonArgs {
+            listen: Some(SocketAddr::new(args.host, port)),
+            storage: StorageArgs { data_dir: data_dir.join(service), ..args.storage.clone() },
+            write_tokens_file: Some(token_file.clone()),
+            shutdown_delay_secs: 0,
+            migrate_on_start: Some(true),
+            title_case: args.title_case.clone(),
+            ..CommonArgs::default()
+        }
+        .resolve(port)
+        .map_err(|e| format!("{service}: {e}"))
     };
-    let old_store = build::<revstore_old_store::OldStore>(common("old-store", args.old_store_port)).await?;
-    let graph = build::<revstore_dependency_graph::DependencyGraph>(common("dependency-graph", args.graph_port)).await?;
-    let mut current_args = common("current-store", args.current_store_port);
-    current_args
-        .extend(["--old-store-url", &old_url, "--graph-url", &graph_url, "--notify-graph", "--peer-token-file", &token].map(str::to_owned));
-    let current = build::<revstore_current_store::CurrentStore>(current_args).await?;
+    let old_store = start::<OldStore>(shared(OldStore::NAME, args.old_store_port)?, Default::default()).await?;
+    let graph = start::<DependencyGraph>(shared(DependencyGraph::NAME, args.graph_port)?, Default::default()).await?;
+    let current_settings = revstore_current_store::Settings {
+        old_store_url: Some(old_url.clone()),
+        graph_url: Some(graph_url.clone()),
+        notify_graph: true,
+        peer_token_file: Some(token_file.clone()),
+        ..Default::default()
+    };
+    let current = start::<CurrentStore>(shared(CurrentStore::NAME, args.current_store_port)?, current_settings).await?;
 
-    let janitor = revstore_janitor::Settings::try_parse_from([
-        "revstore-janitor",
-        "--current-store-url",
-        &current_url,
-        "--old-store-url",
-        &old_url,
-        "--graph-url",
-        &graph_url,
-        "--peer-token-file",
-        &token,
-    ])?;
+    let janitor = revstore_janitor::Settings {
+        current_store_url: Some(current_url.clone()),
+        old_store_url: Some(old_url.clone()),
+        graph_url: Some(graph_url.clone()),
+        peer_token_file: Some(token_file.clone()),
+        ..Default::default()
+    };
+    let token = token_file.display().to_string();
     let stop = CancellationToken::new();
     let every = Duration::from_secs(args.janitor_every_secs.max(1));
-    let schedule = tokio::spawn(janitor_schedule(janitor, every, args.data_dir.join("janitor.json"), stop.clone()));
+    let schedule = tokio::spawn(janitor_schedule(janitor, every, data_dir.join("janitor.json"), stop.clone()));
     tracing::info!(service = "revstore", current_store = %current_url, old_store = %old_url, dependency_graph = %graph_url, write_token_file = %token, "revstore is up");
     #[allow(clippy::print_stdout)]
     {
@@ -208,16 +228,6 @@ async fn up(args: UpArgs) -> Result<(), BoxError> {
     stop.cancel();
     let _ = schedule.await;
     served
-}
-
-/// Builds one service from the command line its own binary would take.
-async fn build<D: ServiceDefinition>(args: Vec<String>) -> Result<(revstore_service::Service, TcpListener), BoxError> {
-    let args = <D::Args as Parser>::try_parse_from(std::iter::once(format!("revstore-{}", D::NAME)).chain(args))?;
-    let settings = args.common().resolve(D::DEFAULT_PORT)?;
-    let listener =
-        TcpListener::bind(settings.listen).await.map_err(|e| format!("{}: cannot listen on {}: {e}", D::NAME, settings.listen))?;
-    let context = Context::open(settings, D::SCHEMA).await?;
-    Ok((D::build(args, context).await?, listener))
 }
 
 /// Takes `DIR/LOCK` for as long as the returned file lives, so that a second

@@ -40,6 +40,15 @@ async fn up_with(dir: &std::path::Path, extra: &[&str]) -> (Running, u16, u16, u
         .args(extra)
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_CASSANDRA")
+        // Variables meant for the service binaries do not reach `revstore up`'s
+        // services: with these leaking, reads would need a token, the
+        // in-flight limit would refuse to start, and hand-offs would go to a dead port.
+        .env("REVSTORE_READ_TOKENS", "a-read-token-nobody-sends-0123")
+        .env("REVSTORE_MAX_IN_FLIGHT", "0")
+        .env("REVSTORE_OLD_STORE_URL", "http://127.0.0.1:9")
+        .env("REVSTORE_GRAPH_URL", "http://127.0.0.1:9")
+        .env("REVSTORE_LISTEN", "127.0.0.1:9")
+        .env("REVSTORE_JANITOR_LEASE_SECS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()

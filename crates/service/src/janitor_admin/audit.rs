@@ -9,7 +9,7 @@ use revstore_api::janitor::{StepReport, TableAudit, Task};
 use revstore_schema::TableDef;
 use revstore_storage::{ScanPosition, ScanQuery, ScannedPartition, Store, TokenRange};
 
-use super::sweep::{Stepped, Sweep, SweepError};
+use super::sweep::{Stepped, Sweep, SweepError, SweepPosition};
 
 /// What readers are entitled to in a table, when that is less than all of its
 /// live data (current-store's `current` holds one latest render per title;
@@ -57,32 +57,15 @@ impl AuditSweep {
     }
 }
 
-/// A position in a sweep over several tables: the table's index, then the
-/// scan position within it (absent at the table's start).
-fn table_position(index: usize, within: Option<&ScanPosition>) -> Vec<u8> {
-    let mut bytes = vec![index as u8];
-    if let Some(p) = within {
-        bytes.extend(p.to_bytes());
-    }
-    bytes
-}
-
-fn parse_table_position(bytes: &[u8]) -> Result<(usize, Option<ScanPosition>), SweepError> {
-    match bytes.split_first() {
-        None => Ok((0, None)),
-        Some((index, [])) => Ok((*index as usize, None)),
-        Some((index, rest)) => Ok((*index as usize, Some(ScanPosition::from_bytes(rest).map_err(SweepError::position)?))),
-    }
-}
-
 #[async_trait]
 impl Sweep for AuditSweep {
     fn task(&self) -> Task {
         Task::Audit
     }
 
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, _dry_run: bool) -> Result<Stepped, SweepError> {
-        let (index, after) = parse_table_position(from.as_deref().unwrap_or_default())?;
+    /// One pass per table, in their order.
+    async fn step(&self, from: SweepPosition, budget: u32, _dry_run: bool) -> Result<Stepped, SweepError> {
+        let (index, after) = (from.pass, from.after);
         let Some(audited) = self.tables.get(index) else { return Ok(Stepped::default()) };
         let table = audited.table;
         let held = self.store.holdings(&ScanQuery::new(table, budget).after(after.clone())).await?;
@@ -96,8 +79,8 @@ impl Sweep for AuditSweep {
         let audit =
             TableAudit { partitions: held.partitions, rows_held: held.rows_held, bytes_held: held.bytes_held, rows_ideal, bytes_ideal };
         let next = match &held.next {
-            Some(position) => Some(table_position(index, Some(position))),
-            None if index + 1 < self.tables.len() => Some(table_position(index + 1, None)),
+            Some(position) => Some(SweepPosition::in_pass(index, Some(position.clone()))),
+            None if index + 1 < self.tables.len() => Some(SweepPosition::start_of(index + 1)),
             None => None,
         };
         let report =

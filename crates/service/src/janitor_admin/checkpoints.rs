@@ -2,13 +2,13 @@
 //! `audit:dry-run`…), keyed by the service too, since the services of one
 //! wiki may share a keyspace (the Kubernetes base points them all at one).
 
-use std::time::SystemTime;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use revstore_keys::Tid;
 use revstore_schema::tables::janitor::CHECKPOINTS;
 use revstore_storage::{Delete, Store, StoreResult, Upsert, Value};
+
+use super::sweep::SweepPosition;
 
 #[derive(Debug, Clone)]
 pub(super) struct Checkpoints {
@@ -25,12 +25,12 @@ impl Checkpoints {
         Value::from(format!("{}/{job}", self.service))
     }
 
-    pub(super) async fn load(&self, job: &str) -> StoreResult<Option<Vec<u8>>> {
+    pub(super) async fn load(&self, job: &str) -> StoreResult<Option<SweepPosition>> {
         let row = self.store.get(&CHECKPOINTS, vec![self.key(job)], None).await?;
         let Some(cursor) = row.as_ref().and_then(|r| r.text("cursor")) else { return Ok(None) };
-        match URL_SAFE_NO_PAD.decode(cursor) {
-            Ok(position) => Ok(Some(position)),
-            Err(_) => {
+        match URL_SAFE_NO_PAD.decode(cursor).ok().and_then(|bytes| SweepPosition::from_bytes(&bytes).ok()) {
+            Some(position) => Ok(Some(position)),
+            None => {
                 // Only this code writes checkpoints: an unreadable one means an
                 // older build's; starting the sweep over is always safe.
                 tracing::warn!(service = self.service, job, "unreadable janitor checkpoint: the sweep starts over");
@@ -39,11 +39,11 @@ impl Checkpoints {
         }
     }
 
-    pub(super) async fn save(&self, job: &str, position: &[u8], run: &Tid) -> StoreResult<()> {
+    pub(super) async fn save(&self, job: &str, position: &SweepPosition, run: &Tid) -> StoreResult<()> {
         let row = Upsert::new(&CHECKPOINTS, [self.key(job)])
-            .set("cursor", URL_SAFE_NO_PAD.encode(position))
+            .set("cursor", URL_SAFE_NO_PAD.encode(position.to_bytes()))
             .set("run_id", Value::TimeUuid(run.uuid()))
-            .set("updated_at", Value::Timestamp(revstore_keys::time::millis(SystemTime::now())));
+            .set("updated_at", Value::Timestamp(revstore_keys::time::millis(self.store.now())));
         self.store.write(row).await
     }
 

@@ -3,7 +3,7 @@
 //! until the TTL ends. Its key is the service's name: the services of one
 //! wiki may share a keyspace, and each keeps its own lease there.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use revstore_keys::time::millis;
 use revstore_schema::tables::janitor::LEASES;
@@ -45,8 +45,10 @@ impl LeaseBook {
     }
 
     /// Takes the lease for `ttl`, or renews it when `holder` holds it already.
-    /// Answers when it expires (milliseconds).
-    pub(super) async fn take(&self, holder: &str, ttl: Duration, now: SystemTime) -> Result<i64, LeaseError> {
+    /// Answers when it expires (milliseconds, by the store's clock, which
+    /// also ends the row's TTL).
+    pub(super) async fn take(&self, holder: &str, ttl: Duration) -> Result<i64, LeaseError> {
+        let now = self.store.now();
         let expires_at = millis(now + ttl);
         let lease_row = |acquired_at: i64| {
             Upsert::new(&LEASES, [self.key()])

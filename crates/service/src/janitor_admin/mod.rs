@@ -33,7 +33,7 @@ use utoipa::OpenApi;
 
 pub use audit::{AuditSweep, AuditedTable, Entitlement};
 pub use lease::LeaseError;
-pub use sweep::{Stepped, Sweep, SweepError};
+pub use sweep::{Stepped, Sweep, SweepError, SweepPosition};
 
 use crate::problem::Problem;
 use crate::{Access, Platform, Routes};

@@ -3,7 +3,7 @@
 //! of their own (`revstore_api::janitor::problems`), so a wrong URL's plain
 //! 404 is never read as "no such sweep here".
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -32,7 +32,6 @@ impl From<SweepError> for ApiError {
         match e {
             SweepError::Store(e) => e.into(),
             SweepError::Dependency { service, cause } => ApiError::dependency_unavailable(service, cause),
-            e @ SweepError::Position(_) => ApiError::bad_request(format!("{e}; step with \"restart\": true to start the sweep over")),
             e @ SweepError::Busy(_) => ApiError::unavailable(e.to_string()).with_retry_after(1),
             e @ SweepError::Corrupt(_) => ApiError::internal(e),
         }
@@ -51,7 +50,7 @@ pub(super) async fn take_lease(
     Json(request): Json<LeaseRequest>,
 ) -> Result<Json<Lease>, ApiError> {
     let holder = request.validate().map_err(|e| ApiError::bad_request(e.0))?.to_string();
-    let expires_at = admin.leases.take(&holder, Duration::from_secs(request.ttl_secs), SystemTime::now()).await?;
+    let expires_at = admin.leases.take(&holder, Duration::from_secs(request.ttl_secs)).await?;
     Ok(Json(Lease { holder, expires_at: rfc3339_millis(expires_at) }))
 }
 
@@ -99,7 +98,7 @@ pub(super) async fn step(
     let job = if request.dry_run { format!("{task}:dry-run") } else { task.name().to_owned() };
     let from = if request.restart { None } else { admin.checkpoints.load(&job).await? };
     let resumed = from.is_some();
-    let stepped = sweep.step(from, request.budget, request.dry_run).await?;
+    let stepped = sweep.step(from.unwrap_or_default(), request.budget, request.dry_run).await?;
     match &stepped.next {
         Some(position) => admin.checkpoints.save(&job, position, &holder).await?,
         None => admin.checkpoints.clear(&job).await?,

@@ -4,28 +4,87 @@
 
 use async_trait::async_trait;
 use revstore_api::janitor::{StepReport, Task};
-use revstore_storage::StoreError;
+use revstore_storage::value::{decode_values, encode_values};
+use revstore_storage::{ScanPosition, StoreError, Value};
 
 /// One step's result: the report, and where the next step starts (`None`:
 /// the sweep is complete).
 #[derive(Debug, Clone, Default)]
 pub struct Stepped {
     pub report: StepReport,
-    pub next: Option<Vec<u8>>,
+    pub next: Option<SweepPosition>,
+}
+
+/// Where a sweep stands, in one form for every service's sweeps: the pass it
+/// is in (one of several tables, a direction of the graph), the last
+/// partition it finished in that pass, and, when a step stopped inside a
+/// large partition, that partition and the last row it visited there. The
+/// service keeps it as the sweep's checkpoint between steps and runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SweepPosition {
+    pub pass: usize,
+    pub after: Option<ScanPosition>,
+    pub inside: Option<(ScanPosition, Vec<Value>)>,
+}
+
+/// The first byte of a position's bytes: its form, so that a later form can
+/// tell an earlier one (a checkpoint that does not decode is started over).
+const POSITION_FORM: u8 = 0x20;
+
+impl SweepPosition {
+    /// The start of pass `pass`.
+    pub fn start_of(pass: usize) -> Self {
+        SweepPosition { pass, after: None, inside: None }
+    }
+
+    /// In pass `pass`, after the partition at `after` (its start when `None`).
+    pub fn in_pass(pass: usize, after: Option<ScanPosition>) -> Self {
+        SweepPosition { pass, after, inside: None }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let blob = |bytes: Option<Vec<u8>>| bytes.map_or(Value::Null, Value::Blob);
+        let values = encode_values(&[
+            Value::BigInt(self.pass as i64),
+            blob(self.after.as_ref().map(ScanPosition::to_bytes)),
+            blob(self.inside.as_ref().map(|(p, _)| p.to_bytes())),
+            blob(self.inside.as_ref().map(|(_, last)| encode_values(last))),
+        ]);
+        [vec![POSITION_FORM], values].concat()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, StoreError> {
+        let bad = || StoreError::invalid("not a sweep position");
+        let Some((&POSITION_FORM, rest)) = bytes.split_first() else { return Err(bad()) };
+        let values = decode_values(rest).map_err(|_| bad())?;
+        let [Value::BigInt(pass), after, partition, last] = values.as_slice() else { return Err(bad()) };
+        let position = |v: &Value| match v {
+            Value::Null => Ok(None),
+            Value::Blob(b) => ScanPosition::from_bytes(b).map(Some),
+            _ => Err(bad()),
+        };
+        let inside = match (position(partition)?, last) {
+            (None, Value::Null) => None,
+            (Some(p), Value::Blob(b)) => Some((p, decode_values(b).map_err(|_| bad())?)),
+            _ => return Err(bad()),
+        };
+        let pass = usize::try_from(*pass).map_err(|_| bad())?;
+        Ok(SweepPosition { pass, after: position(after)?, inside })
+    }
 }
 
 /// A sweep a service offers the janitor: resumable, bounded steps over its
-/// tables. The position is the sweep's own (the service stores it as the
-/// checkpoint and hands it back), so a sweep over several tables can say
-/// which one it is in.
+/// tables, each from a [`SweepPosition`] (the service keeps it as the
+/// checkpoint and hands it back).
 #[async_trait]
 pub trait Sweep: Send + Sync + 'static {
     /// The task it belongs to.
     fn task(&self) -> Task;
 
-    /// Visits up to `budget` partitions after `from` (`None`: from the
-    /// start); with `dry_run`, counts what it would change and changes nothing.
-    async fn step(&self, from: Option<Vec<u8>>, budget: u32, dry_run: bool) -> Result<Stepped, SweepError>;
+    /// Visits up to `budget` partitions after `from` (the default position:
+    /// from the start); with `dry_run`, counts what it would change and
+    /// changes nothing.
+    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError>;
 }
 
 /// What a sweep's step fails with.
@@ -33,9 +92,6 @@ pub trait Sweep: Send + Sync + 'static {
 pub enum SweepError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A checkpoint this build cannot read: a step with `restart` starts over.
-    #[error("a checkpoint that does not decode: {0}")]
-    Position(String),
     /// A service the sweep calls did not answer.
     #[error("{service} is unavailable: {cause}")]
     Dependency { service: &'static str, cause: String },
@@ -50,9 +106,5 @@ pub enum SweepError {
 impl SweepError {
     pub fn corrupt(what: impl std::fmt::Display) -> Self {
         SweepError::Corrupt(what.to_string())
-    }
-
-    pub fn position(what: impl std::fmt::Display) -> Self {
-        SweepError::Position(what.to_string())
     }
 }

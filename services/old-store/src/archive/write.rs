@@ -2,7 +2,7 @@
 //! slot allocation), and suppressing revisions.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use revstore_codecs::encode_chained;
 use revstore_keys::{Domain, RevId, Tid, Title};
@@ -69,7 +69,10 @@ impl Archive {
                 Upsert::new(&ARCHIVE_BLOCKS, place.key.partition_values().into_iter().chain([Value::from(place.slot), Value::from(tid)]))
                     .set(col::REV, rev.as_i64())
                     .set(col::CONTENT, link);
-            tokio::try_join!(self.inner.store.write(content), self.inner.store.write(debt::marker(&place.key, place.slot)))?;
+            tokio::try_join!(
+                self.inner.store.write(content),
+                self.inner.store.write(debt::marker(&place.key, place.slot, self.inner.store.now()))
+            )?;
             if !self.take_slot(domain, title, rev, tid, &state, &place).await? {
                 metrics::counter!("old_store_slot_conflicts_total", "service" => crate::SERVICE).increment(1);
                 // Another writer took the slot: back off a little (jittered) and start over.
@@ -195,7 +198,7 @@ impl Archive {
 
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
         let [d, t] = key_values(domain, title);
-        let now = revstore_keys::time::millis(SystemTime::now());
+        let now = revstore_keys::time::millis(self.inner.store.now());
         self.inner
             .store
             .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set(col::SUPPRESSED_AT, Value::Timestamp(now)))
