@@ -40,8 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use revstore_current_store::pages::Pages;
-use revstore_current_store::render::{RenderBody, decode_part};
+use revstore_current_store::{Pages, RenderBody, decode_part};
 use revstore_keys::{Domain, Tid, Title, TitleRules};
 use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
 

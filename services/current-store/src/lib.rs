@@ -7,19 +7,24 @@
 //! render of each revision is handed to old-store through a durable outbox.
 //!
 //! # Layout
-//! - [`render`]: the render body, its parts and how they are stored.
-//! - [`pages`]: the storage model and the write path (precedence, copy-on-update).
-//! - [`error`]: what the page operations fail with, mapped to HTTP once.
-//! - [`routes`]: the HTTP API.
-//! - [`outbox`]: delivery of hand-offs to old-store and notices to the graph.
-//! - [`janitor`]: the sweeps it offers the janitor (retention, archive, audit).
+//! - `render`: the render body, its parts and how they are stored.
+//! - `pages`: the storage model and the write path (precedence, copy-on-update).
+//! - `error`: what the page operations fail with, mapped to HTTP once.
+//! - `routes`: the HTTP API.
+//! - `outbox`: delivery of hand-offs to old-store and notices to the graph.
+//! - `janitor`: the sweeps it offers the janitor (retention, archive, audit).
 
-pub mod error;
-pub mod janitor;
-pub mod outbox;
-pub mod pages;
-pub mod render;
-pub mod routes;
+mod error;
+mod janitor;
+mod outbox;
+mod pages;
+mod render;
+mod routes;
+#[cfg(feature = "testsuite")]
+pub mod testing;
+
+pub use pages::{Pages, Preconditions, PutOutcome};
+pub use render::{RenderBody, RenderId, StoredParts, decode_part};
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 #![allow(dead_code, missing_debug_implementations)]
 
 use revstore_current_store::CurrentStore;
-use revstore_current_store::render::RenderBody;
+use revstore_current_store::RenderBody;
 pub use revstore_test_service::{Engine, Service};
 
 pub const TOKEN: &str = "current-store-test-token";

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::routing::put;
 use common::{TOKEN, anarchism_html, render, start_in};
-use revstore_current_store::render::RenderBody;
+use revstore_current_store::RenderBody;
 use revstore_keys::Tid;
 
 type Received = Arc<Mutex<BTreeMap<(String, u64), Vec<(String, RenderBody)>>>>;

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use rand::seq::SliceRandom;
-use revstore_current_store::pages::{Pages, Preconditions};
-use revstore_current_store::render::{RenderBody, RenderId};
+use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
 use revstore_storage::testing::TestKeyspace;
 use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
@@ -321,7 +320,7 @@ async fn a_write_cut_between_its_stages_is_invisible_and_its_retry_completes_it(
 
         // The retry completes it; the render it supersedes is in its grace period.
         let retried = pages.put(&domain, &title, new, &body, &Preconditions::default()).await.expect("retry");
-        assert_eq!(retried, revstore_current_store::pages::PutOutcome::Created);
+        assert_eq!(retried, revstore_current_store::PutOutcome::Created);
         assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("latest").map(|f| f.id), Some(new));
         assert_eq!(pages.of_tid(&domain, &title, old.rev, old.tid, &["tid"]).await.expect("of_tid").map(|f| f.id), Some(old));
         assert_eq!(pages.of_rev(&domain, &title, old.rev, &["tid"]).await.expect("of_rev").map(|f| f.id), Some(old));

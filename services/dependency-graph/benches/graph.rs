@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use revstore_api::ChangeKind;
 use revstore_api::graph::Edge;
+use revstore_dependency_graph::DependentsQuery;
 use revstore_dependency_graph::Graph;
-use revstore_dependency_graph::graph::DependentsQuery;
 use revstore_keys::{Domain, Title, TitleRules};
 use revstore_storage::{CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
 use serde_json::{Value, json};

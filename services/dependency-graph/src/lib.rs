@@ -10,23 +10,25 @@
 //! that needs them lists the dependents of each dependent in turn.
 //!
 //! # Layout
-//! - [`graph`]: the tables' use: replacing a dependency set by diff, listings
+//! - `graph`: the tables' use: replacing a dependency set by diff, listings
 //!   in both directions, changes and the pull check.
-//! - [`consistency`]: the check of the two directions against each other,
+//! - `consistency`: the check of the two directions against each other,
 //!   and their repair, a bounded step at a time.
-//! - [`janitor`]: the sweeps it offers the janitor (graph repair, change
+//! - `janitor`: the sweeps it offers the janitor (graph repair, change
 //!   retention in `changes.rs`, audit).
-//! - [`writer`]: one writer at a time per page, and the page's write clock.
-//! - [`error`]: what the graph's operations fail with, mapped to HTTP once.
-//! - [`routes`]: the HTTP API.
+//! - `writer`: one writer at a time per page, and the page's write clock.
+//! - `error`: what the graph's operations fail with, mapped to HTTP once.
+//! - `routes`: the HTTP API.
 
 mod changes;
-pub mod consistency;
-pub mod edge;
-pub mod error;
-pub mod graph;
-pub mod janitor;
-pub mod routes;
+mod consistency;
+mod edge;
+mod error;
+mod graph;
+mod janitor;
+mod routes;
+#[cfg(feature = "testsuite")]
+pub mod testing;
 mod writer;
 
 use std::time::Duration;
@@ -36,7 +38,7 @@ pub use revstore_service::BoxError;
 use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition, SettingsError};
 use utoipa::OpenApi;
 
-pub use graph::Graph;
+pub use graph::{DependentsQuery, Graph, PAGE_BYTES};
 
 pub const SERVICE: &str = "dependency-graph";
 pub const DEFAULT_PORT: u16 = 8083;

@@ -282,7 +282,7 @@ async fn the_openapi_document_matches_the_service() {
 /// direction, stepping through the tables by token range.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_divergence_between_the_two_directions_is_found() {
-    use revstore_dependency_graph::edge::{dependency_delete, dependent_delete};
+    use revstore_dependency_graph::testing::{dependency_delete, dependent_delete};
     let (s, _guard) = common::preloaded(Engine::Embedded, &[], |graph| async move {
         let edge = |parent: &str| Edge {
             parent: parent.into(),

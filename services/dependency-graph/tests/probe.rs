@@ -187,7 +187,7 @@ async fn listings_are_bounded_in_bytes(engine: Engine) {
             204
         );
     }
-    let page_limit = revstore_dependency_graph::graph::PAGE_BYTES * 3 / 2;
+    let page_limit = revstore_dependency_graph::PAGE_BYTES * 3 / 2;
     for (path, field, expected) in [
         ("dependents/Template:Heavy", "child", (0..EDGES).map(|i| format!("Child_{i}")).collect::<Vec<_>>()),
         ("deps/Heavy_child", "parent", (0..EDGES).map(|i| format!("Template:P{i}")).collect()),
@@ -338,7 +338,7 @@ async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
         graph.add_edges(&common::domain(), &edges, revstore_keys::TitleRules::default()).await.expect("load");
         // One-sided: the by-parent rows of every 100th parent are lost.
         let lost = (0..PARENTS).step_by(100).map(|i| {
-            revstore_dependency_graph::edge::dependent_delete(DOMAIN, &format!("Template:Part_{i}"), "modification", 100, "Wide_child")
+            revstore_dependency_graph::testing::dependent_delete(DOMAIN, &format!("Template:Part_{i}"), "modification", 100, "Wide_child")
                 .into()
         });
         graph.store().apply(lost.collect()).await.expect("diverge");

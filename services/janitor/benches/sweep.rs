@@ -24,8 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use revstore_current_store::CurrentStore;
-use revstore_current_store::pages::{Pages, Preconditions};
-use revstore_current_store::render::{RenderBody, RenderId};
+use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
 use revstore_storage::{CassandraEngine, CassandraOptions, EmbeddedEngine, EmbeddedOptions, Store};
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use revstore_current_store::CurrentStore;
-use revstore_current_store::render::{RenderBody, StoredParts};
+use revstore_current_store::{RenderBody, StoredParts};
 use revstore_dependency_graph::DependencyGraph;
 use revstore_keys::TidGenerator;
 use revstore_old_store::OldStore;
@@ -250,7 +250,7 @@ async fn a_graph_divergence_is_found_and_repaired(engine: Engine) {
         assert_eq!(r.status(), 200);
     }
     // A dependents row lost, and an orphan one no page lists.
-    use revstore_dependency_graph::edge::{dependent_delete, dependents_partition_of};
+    use revstore_dependency_graph::testing::{dependent_delete, dependents_partition_of};
     s.graph_store.write(dependent_delete(DOMAIN, "Template:Cite", "modification", 10, "Page_B")).await.expect("lose a row");
     let orphan = dependents_partition_of(DOMAIN, "Template:Box", "modification", 900, "Page_Gone");
     s.graph_store
@@ -344,7 +344,7 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
     }
     // Renders whose outbox rows were lost (written without them, as a restore
     // of current-store's tables without its outbox would leave them).
-    let pages = revstore_current_store::pages::Pages {
+    let pages = revstore_current_store::Pages {
         store: s.current_store.clone(),
         grace: Duration::from_secs(GRACE_SECS),
         hand_off: false,
@@ -356,7 +356,7 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
         let (pages, domain, body) = (&pages, &domain, &body);
         async move {
             let title = revstore_keys::Title::parse(&title, revstore_keys::TitleRules::default()).expect("title");
-            let id = revstore_current_store::render::RenderId { rev: revstore_keys::RevId::new(9).expect("rev"), tid };
+            let id = revstore_current_store::RenderId { rev: revstore_keys::RevId::new(9).expect("rev"), tid };
             pages.put(domain, &title, id, body, &Default::default()).await.expect("put");
         }
     };

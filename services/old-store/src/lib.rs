@@ -8,25 +8,27 @@
 //!
 //! # Layout
 //! Each module imports only those above it in this list:
-//! - [`body`]: the archived render and its byte layout inside a block.
-//! - [`block`]: the block model (keys, decoded blocks, base choices).
-//! - [`error`]: what the archive's operations fail with, mapped to HTTP once.
-//! - [`queue`]: the in-memory queue of blocks to compact.
-//! - [`debt`]: what must still be compacted, kept in the store so restarts
+//! - `body`: the archived render and its byte layout inside a block.
+//! - `block`: the block model (keys, decoded blocks, base choices).
+//! - `error`: what the archive's operations fail with, mapped to HTTP once.
+//! - `queue`: the in-memory queue of blocks to compact.
+//! - `debt`: what must still be compacted, kept in the store so restarts
 //!   lose none of it, and the sweep that puts it back in the queue.
-//! - [`archive`]: the archive's state and its write path (race-free slot
+//! - `archive`: the archive's state and its write path (race-free slot
 //!   allocation), read path and compaction, one file each.
-//! - [`workers`]: the background workers that run the queue and the sweep.
-//! - [`routes`]: the HTTP API.
+//! - `workers`: the background workers that run the queue and the sweep.
+//! - `routes`: the HTTP API.
 
-pub mod archive;
-pub mod block;
-pub mod body;
-pub mod debt;
-pub mod error;
-pub mod queue;
-pub mod routes;
-pub mod workers;
+mod archive;
+mod block;
+mod body;
+mod debt;
+mod error;
+mod queue;
+mod routes;
+#[cfg(feature = "testsuite")]
+pub mod testing;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +41,10 @@ use revstore_service::settings::SettingsError;
 use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
 use utoipa::OpenApi;
 
-pub use archive::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
+pub use archive::{Archive, ArchiveOutcome, ArchiveSettings, BlockLimits, UpdatePolicy};
+pub use block::{BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
+pub use body::{ArchiveBody, Part, StoredParts, block_entry};
+pub use error::ArchiveError;
 
 pub const SERVICE: &str = "old-store";
 pub const DEFAULT_PORT: u16 = 8082;

@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use common::{Engine, store_on};
 use revstore_keys::{Domain, RevId, Tid, TitleRules};
-use revstore_old_store::archive::ArchiveOutcome;
-use revstore_old_store::block::{BaseChoice, BlockKey, CompactionOutcome, GROWTH_LEVEL};
-use revstore_old_store::body::{ArchiveBody, Part, StoredParts, block_entry};
-use revstore_old_store::debt::debt_shard;
-use revstore_old_store::error::ArchiveError;
-use revstore_old_store::{Archive, ArchiveSettings, BlockLimits, UpdatePolicy};
+use revstore_old_store::testing::debt_shard;
+use revstore_old_store::{
+    Archive, ArchiveBody, ArchiveError, ArchiveOutcome, ArchiveSettings, BaseChoice, BlockKey, BlockLimits, CompactionOutcome,
+    GROWTH_LEVEL, Part, StoredParts, UpdatePolicy, block_entry,
+};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_DEBT, ARCHIVE_META};
 use revstore_service::ApiError;
 use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Store, Upsert, Value};
@@ -340,7 +339,7 @@ async fn a_marker_whose_append_never_committed_is_dropped_once_abandoned() {
         archive.archive(&d, &t, RevId::new(1 + i as u64).expect("rev"), tid_now(), html_entry(h)).await.expect("archive");
     }
     let key = BlockKey { domain: d.as_str().to_owned(), title: t.as_str().to_owned(), block: 0 };
-    store.write(revstore_old_store::debt::marker(&key, 5, store.now())).await.expect("the marker of an append that died");
+    store.write(revstore_old_store::testing::debt_marker(&key, 5, store.now())).await.expect("the marker of an append that died");
     assert_compacted(archive.compact(&key, 19, &stop).await.expect("seal"), 3);
     assert_eq!(debt_of(&store, &d, &t).await, vec![(0, 5)], "an append in flight keeps its marker");
     // Within the limit, another seal keeps it too.

@@ -125,7 +125,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     let strict_old = start_on(Engine::Embedded, &["--body-limit-bytes", "20000"]).await;
     let current_dir = tempfile::tempdir().expect("tempdir");
     // A row queued by an earlier build that took `..` as a title, in the shard of `Big`.
-    let shard = revstore_current_store::pages::outbox_shard(&domain, &title("Big"));
+    let shard = revstore_current_store::testing::outbox_shard(&domain, &title("Big"));
     {
         let store = revstore_storage::open(revstore_storage::StorageSettings::Embedded {
             data_dir: current_dir.path().to_owned(),
@@ -168,7 +168,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     later.extend(
         (0..400)
             .map(|i| format!("Same_shard_{i}"))
-            .filter(|t| revstore_current_store::pages::outbox_shard(&domain, &title(t)) == shard)
+            .filter(|t| revstore_current_store::testing::outbox_shard(&domain, &title(t)) == shard)
             .take(3),
     );
     for t in &later {
