@@ -418,7 +418,7 @@ impl ScanPosition {
 impl std::fmt::Display for ScanPosition {
     /// [`ScanPosition::to_bytes`] in hex.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.to_bytes().iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str(&crate::value::to_hex(&self.to_bytes()))
     }
 }
 
@@ -426,12 +426,7 @@ impl std::str::FromStr for ScanPosition {
     type Err = StoreError;
 
     fn from_str(s: &str) -> Result<Self, StoreError> {
-        let bad = || StoreError::invalid("not a scan position");
-        if !s.len().is_multiple_of(2) || !s.is_ascii() {
-            return Err(bad());
-        }
-        let bytes =
-            (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
+        let bytes = crate::value::from_hex(s).ok_or_else(|| StoreError::invalid("not a scan position"))?;
         ScanPosition::from_bytes(&bytes)
     }
 }

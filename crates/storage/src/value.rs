@@ -297,6 +297,20 @@ pub fn decode_values(mut input: &[u8]) -> Result<Vec<Value>, StoreError> {
     Ok(values)
 }
 
+/// Bytes as lower-case hex: how positions travel as text (page cursors,
+/// consistency positions).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of hex text; `None` for anything that is not pairs of hex digits.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ use revstore_keys::{Domain, rfc3339};
 use revstore_schema::TableDef;
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, DEPENDENT_BUCKETS, DEPENDENTS, col};
 use revstore_service::janitor_admin::SweepPosition;
+use revstore_storage::value::{from_hex, to_hex};
 use revstore_storage::{
     Delete, ReadOrder, ReadQuery, Row, ScanPosition, ScanQuery, Slice, StoreError, Upsert, Value, clustering_key, slices_after,
 };
@@ -89,17 +90,12 @@ pub(crate) const ROWS_PER_BUDGET_PARTITION: u64 = 100;
 /// (`after`): the hex of the sweep position's bytes (the janitor's sweeps
 /// keep the same position as their checkpoint).
 fn position_text(position: &SweepPosition) -> String {
-    position.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    to_hex(&position.to_bytes())
 }
 
 fn parse_position_text(text: &str) -> Result<SweepPosition, StoreError> {
     let bad = || StoreError::invalid("not a consistency position (the `next` of a step of this build)");
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
-        return Err(bad());
-    }
-    let bytes =
-        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| bad())).collect::<Result<Vec<u8>, _>>()?;
-    SweepPosition::from_bytes(&bytes).map_err(|_| bad())
+    SweepPosition::from_bytes(&from_hex(text).ok_or_else(bad)?).map_err(|_| bad())
 }
 
 /// What a step may do: partitions started and rows checked.
