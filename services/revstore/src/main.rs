@@ -4,9 +4,9 @@
 //! side in this process, each on the embedded engine under `DIR/<service>`
 //! (or on Cassandra when `--cassandra`/`REVSTORE_CASSANDRA` is set, its schema
 //! created first), built from settings values and started by the platform's
-//! one start-up sequence (`revstore_service::start`), wired to each other: current-store hands first renders to
-//! old-store, reads old revisions from it and sends change notices to the
-//! graph. The janitor runs on a schedule (`--janitor-every-secs`), its last
+//! one start-up sequence (`revstore_service::start`), wired to each other:
+//! current-store hands first renders to old-store, reads old revisions from
+//! it and sends change notices to the graph. The janitor runs on a schedule (`--janitor-every-secs`), its last
 //! summary in `DIR/janitor.json`. The write token is
 //! `REVSTORE_WRITE_TOKENS`' first, else the one kept in `DIR/write-token`
 //! (generated on first start). Ctrl-C or SIGTERM drains and stops everything.
