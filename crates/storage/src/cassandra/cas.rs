@@ -41,7 +41,8 @@ use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, ReadQuery, Slice, Ups
 use crate::value::{Row, Value};
 use revstore_schema::ColumnKind;
 
-/// Sends of one conditional write whose outcome was unknown each time, at most.
+/// Sends of one conditional write whose outcome was unknown (or whose
+/// condition check timed out) each time, at most.
 const ATTEMPTS: usize = 4;
 
 /// SERIAL reads to settle one unknown outcome, at most, with pauses doubling
@@ -67,6 +68,14 @@ impl CassandraEngine {
             let error = match sent {
                 Ok(result) => return self.reported_outcome(&c, result),
                 Err(e) if outcome_unknown(&e) => e,
+                Err(e) if condition_check_timed_out(&e) => {
+                    // Nothing was proposed: the round stopped reading the
+                    // condition, behind the same contention. Send it again.
+                    last_unknown = Some(e);
+                    let pause = Duration::from_millis(rand::rng().random_range(20..100));
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
                 Err(e) => return Err(super::execution_error(e)),
             };
             metrics::counter!("storage_cas_unknown_outcomes_total", "service" => self.metrics_service, "engine" => "cassandra")
@@ -330,6 +339,14 @@ fn outcome_unknown(e: &ExecutionError) -> bool {
     }
 }
 
+/// Whether a conditional write failed reading its condition (a Paxos round's
+/// read at quorum timed out): before any proposal, so it was not applied and
+/// can be sent again. Three nodes on a busy machine time out this way under
+/// contention, as they time out proposing.
+fn condition_check_timed_out(e: &ExecutionError) -> bool {
+    matches!(e, ExecutionError::LastAttemptError(RequestAttemptError::DbError(DbError::ReadTimeout { .. }, _)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,11 +402,18 @@ mod tests {
         use scylla::errors::WriteType;
         use scylla::frame::types::Consistency;
         let db = |e: DbError| ExecutionError::LastAttemptError(RequestAttemptError::DbError(e, "message".into()));
-        let timeout = DbError::WriteTimeout { consistency: Consistency::LocalSerial, received: 1, required: 2, write_type: WriteType::Cas };
-        assert!(outcome_unknown(&db(timeout)));
+        let timeout_of_the_proposal =
+            || DbError::WriteTimeout { consistency: Consistency::LocalSerial, received: 1, required: 2, write_type: WriteType::Cas };
+        assert!(outcome_unknown(&db(timeout_of_the_proposal())));
         assert!(outcome_unknown(&ExecutionError::RequestTimeout(std::time::Duration::from_secs(10))));
         let unavailable = DbError::Unavailable { consistency: Consistency::LocalSerial, required: 2, alive: 1 };
-        assert!(!outcome_unknown(&db(unavailable)));
+        assert!(!outcome_unknown(&db(unavailable.clone())));
         assert!(!outcome_unknown(&db(DbError::Overloaded)));
+        // A timed-out read of the condition was never proposed: not unknown, sent again.
+        let condition_read = DbError::ReadTimeout { consistency: Consistency::LocalQuorum, received: 1, required: 2, data_present: true };
+        assert!(!outcome_unknown(&db(condition_read.clone())));
+        assert!(condition_check_timed_out(&db(condition_read)));
+        assert!(!condition_check_timed_out(&db(unavailable)));
+        assert!(!condition_check_timed_out(&db(timeout_of_the_proposal())));
     }
 }
