@@ -177,6 +177,18 @@ pub struct TableAudit {
     /// their grace period, archived revisions, each edge once per direction).
     pub rows_ideal: u64,
     pub bytes_ideal: u64,
+    /// On disk: what the storage nodes keep for one copy of the table —
+    /// compressed, with superseded copies, tombstones and expired cells that
+    /// compaction has not removed yet (Cassandra: every node's
+    /// `system_views.disk_usage` summed, over the replication factor). Given
+    /// by the step that ends the table's pass; absent where the engine does
+    /// not report it (the embedded engine, ScyllaDB) or a node did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_on_disk: Option<u64>,
+    /// How far above the truth `bytes_on_disk` may be: Cassandra rounds each
+    /// node's figure up to a whole mebibyte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_resolution_bytes: Option<u64>,
 }
 
 impl TableAudit {
@@ -186,16 +198,30 @@ impl TableAudit {
         self.bytes_held += other.bytes_held;
         self.rows_ideal += other.rows_ideal;
         self.bytes_ideal += other.bytes_ideal;
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.bytes_on_disk = sum(self.bytes_on_disk, other.bytes_on_disk);
+        self.disk_resolution_bytes = sum(self.disk_resolution_bytes, other.disk_resolution_bytes);
+    }
+
+    /// Bytes on disk over ideal bytes, where the disk figure is known (see
+    /// [`Self::overstore_ratio`] for an empty table).
+    pub fn overstore_on_disk(&self) -> Option<f64> {
+        let on_disk = self.bytes_on_disk?;
+        Some(ratio(on_disk, self.bytes_ideal))
     }
 
     /// Held bytes over ideal bytes (1.0 for an empty table).
     pub fn overstore_ratio(&self) -> f64 {
-        if self.bytes_ideal == 0 {
-            if self.bytes_held == 0 { 1.0 } else { f64::INFINITY }
-        } else {
-            self.bytes_held as f64 / self.bytes_ideal as f64
-        }
+        ratio(self.bytes_held, self.bytes_ideal)
     }
+}
+
+/// Bytes kept over bytes entitled: 1.0 when both are 0, infinite when only nothing is entitled.
+fn ratio(kept: u64, ideal: u64) -> f64 {
+    if ideal == 0 { if kept == 0 { 1.0 } else { f64::INFINITY } } else { kept as f64 / ideal as f64 }
 }
 
 /// What a purge removed (the embedded engine; Cassandra purges by compaction

@@ -125,17 +125,87 @@ pub fn create_table(keyspace: &str, table: &TableDef) -> String {
     if let Some(ttl) = table.default_ttl {
         options.push(format!("default_time_to_live = {ttl}"));
     }
-    options.push(format!(
-        "compaction = {{'class': '{}'}}",
-        match table.compaction {
-            Compaction::SizeTiered => "SizeTieredCompactionStrategy",
-            Compaction::Leveled => "LeveledCompactionStrategy",
-            Compaction::TimeWindow => "TimeWindowCompactionStrategy",
-        }
-    ));
+    options.extend(table_options(table).clauses());
     options.push(format!("comment = '{}'", table.comment.replace('\'', "''")));
     let _ = write!(ddl, " WITH {}", options.join("\n    AND "));
     ddl
+}
+
+/// How long a table whose rows all expire keeps a tombstone (an expired cell,
+/// or the delete of a page's renders) before compaction may drop it: the
+/// hint window (`max_hint_window`, 3 hours by default). A replica down for
+/// longer misses hints either way and is brought level by repair; what it
+/// could bring back is a row that expires by its own TTL within the grace
+/// period. Cassandra's default, 10 days, kept ten days of expired grace
+/// copies on disk for a day's worth readers are owed (docs/design/current-store-writes.md).
+pub const EXPIRING_GC_GRACE_SECS: u32 = 3 * 3600;
+
+/// The table options revstore sets besides its columns and TTL: compaction
+/// and its sub-options, and `gc_grace_seconds` where it departs from
+/// Cassandra's default. Declared here; applied at creation and, when the
+/// cluster's table has others, by [`alter_options`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableOptions {
+    /// `class` first (the short name), then sub-options, as CQL strings.
+    pub compaction: Vec<(&'static str, String)>,
+    pub gc_grace_seconds: Option<u32>,
+}
+
+impl TableOptions {
+    fn clauses(&self) -> Vec<String> {
+        let compaction: Vec<String> = self.compaction.iter().map(|(k, v)| format!("'{k}': '{v}'")).collect();
+        let mut clauses = vec![format!("compaction = {{{}}}", compaction.join(", "))];
+        if let Some(gc_grace) = self.gc_grace_seconds {
+            clauses.push(format!("gc_grace_seconds = {gc_grace}"));
+        }
+        clauses
+    }
+
+    /// Whether a table the cluster describes with these `compaction` map and
+    /// `gc_grace_seconds` has the declared options (the cluster names the
+    /// class in full and adds defaults of its own, which are not compared).
+    pub fn applied_in(&self, compaction: &std::collections::HashMap<String, String>, gc_grace_seconds: i32) -> bool {
+        let compaction_applied = self.compaction.iter().all(|(key, want)| match (*key, compaction.get(*key)) {
+            ("class", Some(found)) => found == want || found.ends_with(&format!(".{want}")),
+            (_, Some(found)) => found.eq_ignore_ascii_case(want),
+            (_, None) => false,
+        });
+        compaction_applied && self.gc_grace_seconds.is_none_or(|want| i64::from(want) == i64::from(gc_grace_seconds))
+    }
+}
+
+/// The options of a table (see [`TableOptions`]). A time-window table is one
+/// whose rows all expire by TTL: windows of a 24th of its TTL (an hour for
+/// the day-long grace period), so that a window's SSTable is dropped whole
+/// about an hour after its last row expires, instead of compacting expired
+/// rows with live ones; single-SSTable tombstone compactions once a window
+/// is that old, without the overlap pre-check (every SSTable of a hashed
+/// key space overlaps every other); tombstones kept [`EXPIRING_GC_GRACE_SECS`].
+pub fn table_options(table: &TableDef) -> TableOptions {
+    match table.compaction {
+        Compaction::SizeTiered => {
+            TableOptions { compaction: vec![("class", "SizeTieredCompactionStrategy".into())], gc_grace_seconds: None }
+        }
+        Compaction::Leveled => TableOptions { compaction: vec![("class", "LeveledCompactionStrategy".into())], gc_grace_seconds: None },
+        Compaction::TimeWindow => {
+            let window_hours = (table.default_ttl.unwrap_or(86_400) / 86_400).max(1);
+            TableOptions {
+                compaction: vec![
+                    ("class", "TimeWindowCompactionStrategy".into()),
+                    ("compaction_window_unit", "HOURS".into()),
+                    ("compaction_window_size", window_hours.to_string()),
+                    ("unchecked_tombstone_compaction", "true".into()),
+                    ("tombstone_compaction_interval", (window_hours * 3600).to_string()),
+                ],
+                gc_grace_seconds: Some(EXPIRING_GC_GRACE_SECS),
+            }
+        }
+    }
+}
+
+/// `ALTER TABLE` to the declared options (see [`TableOptions::applied_in`]).
+pub fn alter_options(keyspace: &str, table: &TableDef) -> String {
+    format!("ALTER TABLE {}.{} WITH {}", quote(keyspace), quote(table.name), table_options(table).clauses().join(" AND "))
 }
 
 #[cfg(test)]
@@ -183,6 +253,47 @@ mod tests {
         assert!(by_tid.contains("PRIMARY KEY ((\"domain\", \"title\", \"rev\", \"tid\"))"), "{by_tid}");
         assert!(by_tid.contains("default_time_to_live = 86400"), "{by_tid}");
         assert!(!by_tid.contains("CLUSTERING ORDER"), "{by_tid}");
+    }
+
+    #[test]
+    fn expiring_tables_compact_by_hour_windows_and_keep_tombstones_three_hours() {
+        let by_tid = create_table("ks", &current_store::BY_TID);
+        assert!(
+            by_tid.contains(
+                "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS', \
+                 'compaction_window_size': '1', 'unchecked_tombstone_compaction': 'true', 'tombstone_compaction_interval': '3600'}"
+            ),
+            "{by_tid}"
+        );
+        assert!(by_tid.contains("gc_grace_seconds = 10800"), "{by_tid}");
+        assert_eq!(
+            alter_options("ks", &current_store::BY_TID),
+            "ALTER TABLE \"ks\".\"by_tid\" WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS', \
+             'compaction_window_size': '1', 'unchecked_tombstone_compaction': 'true', 'tombstone_compaction_interval': '3600'} \
+             AND gc_grace_seconds = 10800"
+        );
+        // Tables that are not TTL-only keep Cassandra's gc_grace_seconds.
+        assert!(!create_table("ks", &current_store::CURRENT).contains("gc_grace_seconds"));
+    }
+
+    #[test]
+    fn options_are_compared_with_what_the_cluster_describes() {
+        let options = table_options(&current_store::BY_TID);
+        let described = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let applied = described(&[
+            ("class", "org.apache.cassandra.db.compaction.TimeWindowCompactionStrategy"),
+            ("compaction_window_unit", "HOURS"),
+            ("compaction_window_size", "1"),
+            ("unchecked_tombstone_compaction", "true"),
+            ("tombstone_compaction_interval", "3600"),
+            ("max_threshold", "32"),
+        ]);
+        assert!(options.applied_in(&applied, 10_800));
+        assert!(!options.applied_in(&applied, 864_000), "Cassandra's default gc_grace_seconds");
+        let before = described(&[("class", "org.apache.cassandra.db.compaction.TimeWindowCompactionStrategy"), ("max_threshold", "32")]);
+        assert!(!options.applied_in(&before, 10_800), "windows of a day, Cassandra's default");
+        let leveled = table_options(&current_store::CURRENT);
+        assert!(leveled.applied_in(&described(&[("class", "org.apache.cassandra.db.compaction.LeveledCompactionStrategy")]), 864_000));
     }
 
     #[test]

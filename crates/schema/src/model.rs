@@ -79,7 +79,8 @@ pub enum Compaction {
     SizeTiered,
     /// Leveled: read-heavy tables whose rows are overwritten.
     Leveled,
-    /// Time-window: rows that all expire by TTL.
+    /// Time-window: rows that all expire by TTL (the windows, tombstone
+    /// compaction and `gc_grace_seconds` that go with it: [`crate::cql::table_options`]).
     TimeWindow,
 }
 

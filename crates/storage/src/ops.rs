@@ -537,3 +537,19 @@ pub struct PurgeStats {
     /// Bytes the database files shrank by.
     pub bytes_freed: u64,
 }
+
+/// What the storage nodes keep on disk for one table, as the engine itself
+/// reports it: compressed SSTables (or files) with everything in them that
+/// compaction has not removed yet — superseded copies, tombstones, expired
+/// cells — for one copy of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DiskUsage {
+    /// Bytes on disk for one copy of the table: on Cassandra the nodes'
+    /// `system_views.disk_usage` summed and divided by the replication factor.
+    pub bytes: u64,
+    /// How coarse `bytes` is: Cassandra reports whole mebibytes per node,
+    /// rounded up, so the figure is at most this much above the truth.
+    pub resolution: u64,
+    /// Nodes that reported.
+    pub nodes: u32,
+}

@@ -13,7 +13,7 @@ use crate::holdings::{clustering_key, live_holdings};
 use crate::validate::{validate_cas, validate_read, validate_scan, validate_write};
 use futures_util::{Stream, StreamExt};
 
-use crate::ops::{Cas, CasOutcome, Holdings, Page, PurgeStats, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write};
+use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write};
 use crate::value::{Row, Value, decode_values, encode_values};
 
 /// The engines revstore knows, named even when not built in, so an error can
@@ -132,6 +132,14 @@ pub trait Engine: Send + Sync + Debug {
     /// returns the space to the file system. Engines that do this themselves
     /// (Cassandra compaction) report nothing removed.
     async fn purge_expired(&self) -> StoreResult<PurgeStats>;
+
+    /// What the storage keeps on disk for the table, for one copy of its
+    /// data, when the engine can tell (`None` when it cannot: the embedded
+    /// engine keeps every table in one file, whose expired data
+    /// [`Engine::holdings`] already counts).
+    async fn disk_usage(&self, _table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
+        Ok(None)
+    }
 }
 
 /// The handle services hold: validation, page tokens and schema checks in front
@@ -469,6 +477,11 @@ impl Store {
 
     pub async fn purge_expired(&self) -> StoreResult<PurgeStats> {
         self.timed("purge", self.engine.purge_expired()).await
+    }
+
+    /// What the storage keeps on disk for one copy of the table (see [`Engine::disk_usage`]).
+    pub async fn disk_usage(&self, table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
+        self.timed("disk_usage", self.engine.disk_usage(table)).await
     }
 }
 

@@ -18,7 +18,10 @@
 //!    stops, on the same data): the ratio of 2 to 3 is the HTTP stack's cost;
 //! 4. writes of new renders at saturation (32 writers), then a precedence check;
 //! 5. writes at fixed rates (`--write-rate`, open loop like 1.), half new revisions
-//!    and half re-renders of a page's latest revision, spread over all pages.
+//!    and half re-renders of a page's latest revision, spread over all pages;
+//!    on Cassandra with the node's and the service's CPU per write, and then
+//!    the baseline: the same rates, each write one plain INSERT of the page's
+//!    HTML through the same driver into the same node (its CPU per write too).
 //!
 //! 6. overload (`--overload`, `--overload-writes`): reads or writes offered
 //!    open loop well past saturation, each answer classed as a success, shed
@@ -223,6 +226,34 @@ fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// The local Cassandra node's process, found by its main class (the bench
+/// runs beside the node it measures).
+fn cassandra_pid() -> Option<String> {
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|entry| {
+        let name = entry.file_name().into_string().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline).contains("org.apache.cassandra.service.CassandraDaemon").then_some(name)
+    })
+}
+
+/// A session on the node, with the baseline's table in the bench keyspace:
+/// the consistency the service writes at (LOCAL_QUORUM), the driver's defaults otherwise.
+async fn plain_kv(node: &str, keyspace: &str) -> scylla::client::session::Session {
+    use scylla::client::execution_profile::ExecutionProfile;
+    let profile = ExecutionProfile::builder().consistency(scylla::statement::Consistency::LocalQuorum).build();
+    let session = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(node)
+        .default_execution_profile_handle(profile.into_handle())
+        .build()
+        .await
+        .expect("connect for the baseline");
+    session
+        .query_unpaged(format!("CREATE TABLE IF NOT EXISTS \"{keyspace}\".plain_kv (key text PRIMARY KEY, value blob)"), ())
+        .await
+        .expect("create the baseline's table");
+    session
+}
+
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
@@ -347,7 +378,16 @@ async fn main() {
     // 5. Writes at fixed rates: half new revisions, half re-renders of the
     // page's latest revision (a wiki re-renders when templates change).
     let page_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
+    let node_pid = (engine == "cassandra").then(cassandra_pid).flatten();
+    let service_pid = service.0.id().to_string();
+    // CPU per write over a run: the node's and the service's (or the bench's own, for the baseline).
+    let cpu_per_write = |before: (f64, f64), writes: usize, own: &str| {
+        let node = node_pid.as_deref().map_or(0.0, cpu_seconds) - before.0;
+        let other = cpu_seconds(own) - before.1;
+        (node * 1000.0 / writes.max(1) as f64, other * 1000.0 / writes.max(1) as f64)
+    };
     for rate in rates("--write-rate", "500,1000,1500").into_iter().filter(|_| measure_writes) {
+        let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds(&service_pid));
         let run = open_loop(rate, seconds, {
             let (http, base, titles, html, page_revs) =
                 (http.clone(), base.clone(), titles.clone(), Arc::new(html.clone()), page_revs.clone());
@@ -368,14 +408,51 @@ async fn main() {
             }
         })
         .await;
+        let (node_ms, service_ms) = cpu_per_write(cpu_before, run.latencies.len(), &service_pid);
         rows.push(format!(
-            "| {engine} | write renders (1/2 new revisions), fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}",
+            "| {engine} | write renders (1/2 new revisions), fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}{}",
             run.latencies.len(),
             run.achieved,
             percentile(&run.latencies, 0.5),
             percentile(&run.latencies, 0.99),
-            if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() }
+            if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
+            if node_pid.is_some() { format!(" CPU per write: node {node_ms:.2} ms, service {service_ms:.2} ms") } else { String::new() }
         ));
+    }
+
+    // 5b. The baseline, on Cassandra: the same open loop at the same rates,
+    // each write one INSERT of a page's HTML (the same bytes, uncompressed)
+    // into a plain key-value table, through the same driver, at the same
+    // consistency, on the same node — what a render write is measured against.
+    if let (Some(_), true) = (&node_pid, measure_writes) {
+        let session = Arc::new(plain_kv(&node, &keyspace).await);
+        let insert = Arc::new(
+            session.prepare(format!("INSERT INTO \"{keyspace}\".plain_kv (key, value) VALUES (?, ?)")).await.expect("prepare the baseline"),
+        );
+        for rate in rates("--write-rate", "500,1000,1500") {
+            let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
+            let run = open_loop(rate, seconds, {
+                let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), Arc::new(html.clone()));
+                move |i| {
+                    let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), html.clone());
+                    async move {
+                        let p = (i as usize * 7919) % titles.len();
+                        let value = html[i as usize % html.len()].as_bytes();
+                        session.execute_unpaged(&insert, (&titles[p], value)).await.is_ok()
+                    }
+                }
+            })
+            .await;
+            let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len(), "self");
+            rows.push(format!(
+                "| {engine} | baseline: one INSERT of the page, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{} CPU per write: node {node_ms:.2} ms, client {bench_ms:.2} ms",
+                run.latencies.len(),
+                run.achieved,
+                percentile(&run.latencies, 0.5),
+                percentile(&run.latencies, 0.99),
+                if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
+            ));
+        }
     }
 
     // 6. Overload: reads, then writes, past saturation, every answer classed.

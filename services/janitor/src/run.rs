@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use revstore_api::janitor::{LeaseRequest, StepReport, StepRequest, problems};
+use revstore_api::janitor::{LeaseRequest, StepReport, StepRequest, TableAudit, problems};
 use revstore_client::ClientError;
 use revstore_keys::TidGenerator;
 use tokio_util::sync::CancellationToken;
@@ -247,9 +247,9 @@ impl Janitor {
             swept.bytes += report.bytes;
             for (table, counts) in &report.tables {
                 let key = format!("{service}/{table}");
-                let entry = result.tables.entry(key).or_insert(AuditedTable { counts: Default::default(), overstore_ratio: 1.0 });
+                let entry = result.tables.entry(key).or_insert(AuditedTable::new(TableAudit::default()));
                 entry.counts.add(counts);
-                entry.overstore_ratio = entry.counts.overstore_ratio();
+                *entry = AuditedTable::new(entry.counts);
             }
             progress.step(&swept);
             if report.done {

@@ -64,6 +64,16 @@ pub struct AuditedTable {
     pub counts: TableAudit,
     /// Held over ideal bytes; `null` in JSON when bytes are held and none is entitled.
     pub overstore_ratio: f64,
+    /// Bytes on disk over ideal bytes, where the storage reports the disk
+    /// figure (absent otherwise; `null` when nothing is entitled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overstore_on_disk: Option<f64>,
+}
+
+impl AuditedTable {
+    pub fn new(counts: TableAudit) -> Self {
+        AuditedTable { counts, overstore_ratio: counts.overstore_ratio(), overstore_on_disk: counts.overstore_on_disk() }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,6 +92,10 @@ pub struct TaskSummary {
     /// Audit: held bytes over ideal bytes, all tables together.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overstore_ratio: Option<f64>,
+    /// Audit: bytes on disk over ideal bytes, all the tables whose disk
+    /// figure the storage reported together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overstore_on_disk: Option<f64>,
 }
 
 /// The run's summary.
@@ -109,6 +123,11 @@ impl TaskSummary {
         if !self.tables.is_empty() {
             self.overstore_ratio = Some(total.overstore_ratio());
         }
+        let mut on_disk = TableAudit::default();
+        for table in self.tables.values().filter(|t| t.counts.bytes_on_disk.is_some()) {
+            on_disk.add(&table.counts);
+        }
+        self.overstore_on_disk = on_disk.overstore_on_disk();
     }
 }
 
@@ -169,6 +188,22 @@ impl Summary {
                     .map(|(table, t)| (format!("{{table=\"{}\"}}", label(table)), t.overstore_ratio))
                     .collect(),
             );
+            let with_table = |value: fn(&AuditedTable) -> Option<f64>| {
+                let per_table = audit.tables.iter().filter_map(|(table, t)| Some((format!("{{table=\"{}\"}}", label(table)), value(t)?)));
+                per_table.filter(|(_, v)| v.is_finite()).collect::<Vec<_>>()
+            };
+            family(
+                "revstore_janitor_bytes_on_disk",
+                "Bytes the storage keeps on disk for one copy of each table (tombstones, expired and superseded data not yet compacted included), as the last audit measured.",
+                with_table(|t| t.counts.bytes_on_disk.map(|b| b as f64)),
+            );
+            let mut ratios = with_table(|t| t.overstore_on_disk);
+            ratios.extend(audit.overstore_on_disk.filter(|r| r.is_finite()).map(|r| ("{table=\"all\"}".to_owned(), r)));
+            family(
+                "revstore_janitor_overstore_on_disk_ratio",
+                "Bytes on disk over ideal bytes, per table and for all tables (table=\"all\"), as the last audit measured.",
+                ratios,
+            );
         }
         out
     }
@@ -190,12 +225,20 @@ mod tests {
         let mut summary = Summary { run: "r".into(), seconds: 2.5, ..Summary::default() };
         let mut audit = TaskSummary::default();
         audit.services.insert("current-store", Swept { partitions: 10, ..Swept::default() });
-        let counts = TableAudit { bytes_held: 300, bytes_ideal: 200, ..TableAudit::default() };
-        audit.tables.insert("current-store/current".into(), AuditedTable { counts, overstore_ratio: counts.overstore_ratio() });
+        let counts = TableAudit { bytes_held: 300, bytes_ideal: 200, bytes_on_disk: Some(500), ..TableAudit::default() };
+        audit.tables.insert("current-store/current".into(), AuditedTable::new(counts));
+        // The embedded engine reports no disk figure: no on-disk sample, and not in the total.
+        let embedded = TableAudit { bytes_held: 100, bytes_ideal: 100, ..TableAudit::default() };
+        audit.tables.insert("old-store/blocks".into(), AuditedTable::new(embedded));
+        audit.total_audit();
         summary.tasks.insert("audit", audit);
         let text = summary.prometheus(1_700_000_000.0);
         assert!(text.contains("revstore_janitor_partitions{task=\"audit\",service=\"current-store\"} 10\n"), "{text}");
         assert!(text.contains("revstore_janitor_overstore_ratio{table=\"current-store/current\"} 1.5\n"), "{text}");
+        assert!(text.contains("revstore_janitor_bytes_on_disk{table=\"current-store/current\"} 500\n"), "{text}");
+        assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"current-store/current\"} 2.5\n"), "{text}");
+        assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"all\"} 2.5\n"), "{text}");
+        assert!(!text.contains("revstore_janitor_bytes_on_disk{table=\"old-store/blocks\"}"), "{text}");
         assert!(text.contains("revstore_janitor_last_success_timestamp_seconds 1700000000\n"), "{text}");
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");

@@ -10,6 +10,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
+
 use revstore_current_store::CurrentStore;
 use revstore_current_store::{RenderBody, StoredParts};
 use revstore_dependency_graph::DependencyGraph;
@@ -504,3 +506,154 @@ revstore_test_service::on_both_engines!(
     a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap,
     a_lost_hand_off_is_found_and_sent_again,
 );
+
+/// Runs `nodetool ARGS` on every node of the Cassandra under test, with the
+/// command `scripts/test` names in `REVSTORE_TEST_NODETOOL` (its
+/// `cassandra-local nodetool` or `cassandra-cluster nodetool`).
+fn nodetool(args: &[&str]) {
+    let command = std::env::var("REVSTORE_TEST_NODETOOL")
+        .expect("REVSTORE_TEST_NODETOOL must name the command that runs nodetool on every node (scripts/test sets it)");
+    let mut words = command.split_whitespace();
+    let program = words.next().expect("REVSTORE_TEST_NODETOOL is empty");
+    let output = Command::new(program).args(words).args(args).output().expect("run nodetool");
+    assert!(output.status.success(), "nodetool {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// The audit's on-disk figures for the whole system: what the nodes report,
+/// the least the disk can hold given their rounding up to whole mebibytes,
+/// and the ideal.
+struct OnDisk {
+    ratio: f64,
+    reported: u64,
+    at_least: u64,
+    ideal: u64,
+    /// `table on-disk/ideal` in MiB, for the tables with data.
+    tables: String,
+}
+
+impl OnDisk {
+    fn of(summary: &Json) -> OnDisk {
+        let audit = &summary["tasks"]["audit"];
+        let ratio = audit["overstore_on_disk"].as_f64().unwrap_or_else(|| panic!("no overstore_on_disk: {summary}"));
+        let tables = audit["tables"].as_object().expect("tables");
+        let sum = |field: &str| tables.values().map(|t| t[field].as_u64().unwrap_or(0)).sum::<u64>();
+        let at_least = tables
+            .values()
+            .map(|t| t["bytes_on_disk"].as_u64().unwrap_or(0).saturating_sub(t["disk_resolution_bytes"].as_u64().unwrap_or(0)))
+            .sum();
+        let mib = |b: &Json| b.as_u64().unwrap_or(0) as f64 / f64::from(1 << 20);
+        let tables = tables
+            .iter()
+            .filter(|(_, t)| t["bytes_on_disk"].as_u64().unwrap_or(0) > 0)
+            .map(|(name, t)| format!("{name} {:.1}/{:.1}", mib(&t["bytes_on_disk"]), mib(&t["bytes_ideal"])))
+            .collect::<Vec<_>>()
+            .join(", ");
+        OnDisk { ratio, reported: sum("bytes_on_disk"), at_least, ideal: sum("bytes_ideal"), tables }
+    }
+}
+
+impl std::fmt::Display for OnDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        write!(
+            f,
+            "{:.1} MiB reported ({:.1} MiB at least) for {:.1} MiB ideal: {:.2} [{}]",
+            mib(self.reported),
+            mib(self.at_least),
+            mib(self.ideal),
+            self.ratio,
+            self.tables
+        )
+    }
+}
+
+/// On Cassandra, what the nodes keep on disk: after a flurry of re-renders and
+/// new revisions and a quiet period past the grace TTL, the disk holds every
+/// superseded render and overwritten cell; after the janitor's run and the
+/// compaction that follows, about what readers are owed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra and nodetool: run scripts/test (REVSTORE_TEST_CASSANDRA, REVSTORE_TEST_NODETOOL)"]
+async fn the_overstore_on_disk_is_measured_and_compaction_brings_it_to_the_ideal() {
+    let s = system(Engine::Cassandra).await;
+    let keyspaces: Vec<String> = s._keyspaces.iter().map(|k| k.name().to_owned()).collect();
+    // Enough data that the figure is not the nodes' rounding (each reports
+    // whole mebibytes per table, and a dozen tables hold something): pages of
+    // eight real Parsoid HTML sections (about 240 KB, 40-60 KB compressed),
+    // three renders per title — a revision rendered, re-rendered after a
+    // template edit changed a section, then the next revision — minutes apart.
+    let history = revstore_testdata::large_page_history(8, 3);
+    const TITLES: usize = 400;
+    let now = SystemTime::now();
+    let mut latest = Vec::new();
+    let mut writes = Vec::new();
+    for t in 0..TITLES {
+        let generator = TidGenerator::new();
+        let title = format!("Disk_{t}");
+        let mut renders = Vec::new();
+        for (i, (rev, ago)) in [(100u64, 600u64), (100, 500), (101, 400)].into_iter().enumerate() {
+            let tid = generator.next_at(now - Duration::from_secs(ago)).to_string();
+            renders.push((rev, tid, format!("<p>{title}</p>{}", history[i])));
+        }
+        latest.push((title.clone(), renders[2].1.clone()));
+        writes.push((title, renders));
+    }
+    // Round by round, each flushed before the next: a wiki's renders of one
+    // page come hours apart, with many memtable flushes between them (a
+    // render superseded while still in the memtable never reaches the disk).
+    let s = Arc::new(s);
+    let writing = std::time::Instant::now();
+    for round in 0..3 {
+        futures_util::stream::iter(&writes)
+            .for_each_concurrent(8, |(title, renders)| {
+                let s = s.clone();
+                async move {
+                    let (rev, tid, body) = &renders[round];
+                    s.put_render(title, *rev, tid, body).await;
+                }
+            })
+            .await;
+        nodetool(&["flush"]);
+    }
+    eprintln!("{} renders written in {:.1?}", 3 * TITLES, writing.elapsed());
+
+    // Quiet past the grace TTL; what the memtables hold goes to disk.
+    s.pass(GRACE_SECS + 1).await;
+    nodetool(&["flush"]);
+    let (code, before_json, stderr) = s.janitor(&["audit"]).await;
+    assert_eq!(code, 0, "{stderr}\n{before_json}");
+    let before = OnDisk::of(&before_json);
+    // The grace copies past their TTL: nothing a client can read (held 0),
+    // megabytes on disk (at least the last round's renders, flushed before
+    // they expired, which no compaction has touched since).
+    let by_tid = &before_json["tasks"]["audit"]["tables"]["current-store/by_tid"];
+    assert_eq!(by_tid["bytes_held"], 0, "{before_json}");
+    let mib = 1 << 20;
+    assert!(by_tid["bytes_on_disk"].as_u64().expect("by_tid on disk") > 5 * mib, "{before_json}");
+
+    // The janitor's run, then the compaction that follows it.
+    let (code, run, stderr) = s.janitor(&[]).await;
+    assert_eq!(code, 0, "{stderr}\n{run}");
+    nodetool(&["flush"]);
+    let (_, after_run, _) = s.janitor(&["audit"]).await;
+    let after_run = OnDisk::of(&after_run);
+    for keyspace in &keyspaces {
+        nodetool(&["compact", keyspace]);
+    }
+    let (code, after_json, stderr) = s.janitor(&["audit"]).await;
+    assert_eq!(code, 0, "{stderr}\n{after_json}");
+    let after = OnDisk::of(&after_json);
+    eprintln!("on disk: before the janitor {before}; after its run {after_run}; after compaction {after}");
+    // Compaction freed what the nodes kept beyond their rounding, and the disk
+    // is near the ideal after it (the reported figure is an upper bound).
+    assert!(after.reported < before.at_least, "compaction freed nothing: before {before}, after {after}");
+    assert!(after.reported as f64 <= 1.3 * after.ideal as f64, "after the run and compaction: {after}: {after_json}");
+    let by_tid_after = after_json["tasks"]["audit"]["tables"]["current-store/by_tid"]["bytes_on_disk"].as_u64().expect("by_tid");
+    assert!(by_tid_after <= mib, "the expired grace copies are tombstones after compaction: {after}");
+
+    // Nothing a reader is owed is gone: every latest render, by title and by tid.
+    for (title, tid) in &latest {
+        let (status, body) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
+        assert!(status == 200 && body.contains(&format!("<p>{title}</p>")), "{title}: {status}");
+        assert_eq!(s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}/101/{tid}")).await.0, 200, "{title} by tid");
+    }
+}

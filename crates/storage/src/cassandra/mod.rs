@@ -21,6 +21,7 @@
 
 mod cas;
 pub(crate) mod cql;
+mod disk;
 mod options;
 mod tls;
 
@@ -32,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicI64;
 
 use async_trait::async_trait;
-use revstore_schema::cql::{Flavor, Replication, add_column, create_keyspace, create_table};
+use revstore_schema::cql::{Flavor, Replication, add_column, alter_options, create_keyspace, create_table, table_options};
 use revstore_schema::{Column, ColumnKind, Order, TableDef};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -45,7 +46,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -214,6 +215,21 @@ impl CassandraEngine {
         Ok(t.columns.iter().filter(|c| matches!(c.kind, ColumnKind::Static | ColumnKind::Regular) && !found.contains_key(c.name)).collect())
     }
 
+    /// Whether the cluster's table has the declared compaction and gc_grace_seconds.
+    async fn options_applied(&self, t: &TableDef) -> StoreResult<bool> {
+        let result = self
+            .session
+            .query_unpaged(
+                "SELECT compaction, gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?",
+                (&self.keyspace, t.name),
+            )
+            .await
+            .map_err(execution_error)?;
+        let rows = result.into_rows_result().map_err(|e| StoreError::Internal(e.to_string()))?;
+        let found = rows.maybe_first_row::<(HashMap<String, String>, i32)>().map_err(|e| StoreError::Internal(e.to_string()))?;
+        Ok(found.is_some_and(|(compaction, gc_grace)| table_options(t).applied_in(&compaction, gc_grace)))
+    }
+
     /// The columns of the cluster's table: name → (kind, type, clustering order).
     async fn table_columns(&self, t: &TableDef) -> StoreResult<HashMap<String, (String, String, String)>> {
         let result = self
@@ -356,7 +372,13 @@ impl Engine for CassandraEngine {
             for c in &missing {
                 self.session.query_unpaged(add_column(&self.keyspace, t, c), ()).await.map_err(execution_error)?;
             }
-            if !missing.is_empty() {
+            // So are its options (compaction, gc_grace_seconds): they change
+            // how the nodes keep the data, not what is stored.
+            let options_changed = !self.options_applied(t).await?;
+            if options_changed {
+                self.session.query_unpaged(alter_options(&self.keyspace, t), ()).await.map_err(execution_error)?;
+            }
+            if !missing.is_empty() || options_changed {
                 self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
             }
             self.check_table(t).await?;
@@ -455,6 +477,10 @@ impl Engine for CassandraEngine {
     async fn purge_expired(&self) -> StoreResult<PurgeStats> {
         // Cassandra drops expired cells and old tombstones in compaction.
         Ok(PurgeStats::default())
+    }
+
+    async fn disk_usage(&self, table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
+        self.table_disk_usage(table).await
     }
 }
 
