@@ -226,6 +226,18 @@ fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// A row of the results table for an open-loop run of writes, with its failures and `extra` after it.
+fn write_row(engine: &str, what: &str, run: &OpenLoop, extra: &str) -> String {
+    format!(
+        "| {engine} | {what} | {} | {:.0} | {:.2} | {:.2} |{}{extra}",
+        run.latencies.len(),
+        run.achieved,
+        percentile(&run.latencies, 0.5),
+        percentile(&run.latencies, 0.99),
+        if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
+    )
+}
+
 /// The local Cassandra node's process, found by its main class (the bench
 /// runs beside the node it measures).
 fn cassandra_pid() -> Option<String> {
@@ -386,6 +398,18 @@ async fn main() {
         let other = cpu_seconds(own) - before.1;
         (node * 1000.0 / writes.max(1) as f64, other * 1000.0 / writes.max(1) as f64)
     };
+    // The baseline, on Cassandra, run after the renders at each rate: the same
+    // open loop, each write one INSERT of a page's HTML (the same bytes,
+    // uncompressed) into a plain key-value table, through the same driver, at
+    // the same consistency, on the same node — what a render write is measured against.
+    let baseline = match (&node_pid, measure_writes) {
+        (Some(_), true) => {
+            let session = Arc::new(plain_kv(&node, &keyspace).await);
+            let insert = session.prepare(format!("INSERT INTO \"{keyspace}\".plain_kv (key, value) VALUES (?, ?)")).await;
+            Some((session, Arc::new(insert.expect("prepare the baseline"))))
+        }
+        _ => None,
+    };
     for rate in rates("--write-rate", "500,1000,1500").into_iter().filter(|_| measure_writes) {
         let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds(&service_pid));
         let run = open_loop(rate, seconds, {
@@ -408,51 +432,26 @@ async fn main() {
             }
         })
         .await;
-        let (node_ms, service_ms) = cpu_per_write(cpu_before, run.latencies.len(), &service_pid);
-        rows.push(format!(
-            "| {engine} | write renders (1/2 new revisions), fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}{}",
-            run.latencies.len(),
-            run.achieved,
-            percentile(&run.latencies, 0.5),
-            percentile(&run.latencies, 0.99),
-            if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
-            if node_pid.is_some() { format!(" CPU per write: node {node_ms:.2} ms, service {service_ms:.2} ms") } else { String::new() }
-        ));
-    }
-
-    // 5b. The baseline, on Cassandra: the same open loop at the same rates,
-    // each write one INSERT of a page's HTML (the same bytes, uncompressed)
-    // into a plain key-value table, through the same driver, at the same
-    // consistency, on the same node — what a render write is measured against.
-    if let (Some(_), true) = (&node_pid, measure_writes) {
-        let session = Arc::new(plain_kv(&node, &keyspace).await);
-        let insert = Arc::new(
-            session.prepare(format!("INSERT INTO \"{keyspace}\".plain_kv (key, value) VALUES (?, ?)")).await.expect("prepare the baseline"),
-        );
-        for rate in rates("--write-rate", "500,1000,1500") {
-            let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
-            let run = open_loop(rate, seconds, {
-                let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), Arc::new(html.clone()));
-                move |i| {
-                    let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), html.clone());
-                    async move {
-                        let p = (i as usize * 7919) % titles.len();
-                        let value = html[i as usize % html.len()].as_bytes();
-                        session.execute_unpaged(&insert, (&titles[p], value)).await.is_ok()
-                    }
+        let (node_ms, service_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, &service_pid);
+        let cpu = node_pid.as_ref().map(|_| format!(" CPU per stored write: node {node_ms:.2} ms, service {service_ms:.2} ms"));
+        rows.push(write_row(&engine, &format!("write renders (1/2 new revisions), fixed {rate}/s"), &run, &cpu.unwrap_or_default()));
+        let Some((session, insert)) = &baseline else { continue };
+        let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
+        let run = open_loop(rate, seconds, {
+            let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), Arc::new(html.clone()));
+            move |i| {
+                let (session, insert, titles, html) = (session.clone(), insert.clone(), titles.clone(), html.clone());
+                async move {
+                    let p = (i as usize * 7919) % titles.len();
+                    let value = html[i as usize % html.len()].as_bytes();
+                    session.execute_unpaged(&insert, (&titles[p], value)).await.is_ok()
                 }
-            })
-            .await;
-            let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len(), "self");
-            rows.push(format!(
-                "| {engine} | baseline: one INSERT of the page, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{} CPU per write: node {node_ms:.2} ms, client {bench_ms:.2} ms",
-                run.latencies.len(),
-                run.achieved,
-                percentile(&run.latencies, 0.5),
-                percentile(&run.latencies, 0.99),
-                if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
-            ));
-        }
+            }
+        })
+        .await;
+        let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
+        let cpu = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
+        rows.push(write_row(&engine, &format!("baseline: one INSERT of the page, fixed {rate}/s"), &run, &cpu));
     }
 
     // 6. Overload: reads, then writes, past saturation, every answer classed.
