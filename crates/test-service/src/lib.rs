@@ -27,6 +27,8 @@ pub struct Service {
     pub dir: Option<tempfile::TempDir>,
     /// The Cassandra keyspace, dropped with the service (also when the test fails).
     keyspace: Option<TestKeyspace>,
+    /// The embedded engine's data directory, which [`Service::stop`] waits to be free.
+    data_dir: Option<std::path::PathBuf>,
 }
 
 /// Starts a service of kind `D` on `engine` with a fresh data directory or keyspace.
@@ -62,7 +64,11 @@ pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, token: &str, extra:
     argv.extend_from_slice(extra);
     let (settings, own) = settings::<D>(token, &argv);
     let started = revstore_service::start::<D>(settings, own).await;
-    serve_until_ready::<D>(started).await
+    let mut service = serve_until_ready::<D>(started).await;
+    if !extra.contains(&"--cassandra") {
+        service.data_dir = Some(data_dir.to_owned());
+    }
+    service
 }
 
 /// Starts a service of kind `D` on a store the test opened (an embedded
@@ -105,7 +111,7 @@ async fn serve_until_ready<D: ServiceDefinition>(
     let http = reqwest::Client::new();
     for _ in 0..1200 {
         if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            return Service { addr, route_templates, stop: Some(stop), done: Some(done), dir: None, keyspace: None };
+            return Service { addr, route_templates, stop: Some(stop), done: Some(done), dir: None, keyspace: None, data_dir: None };
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -124,6 +130,20 @@ impl Service {
         }
         if let Some(done) = self.done.take() {
             done.await.expect("service task");
+        }
+        // The serve task has ended, but the store closes (and frees its
+        // directory's lock) when its last holder is dropped, which a
+        // background task finishing its step may still be: wait for that.
+        if let Some(dir) = &self.data_dir {
+            let lock = dir.join("LOCK");
+            for _ in 0..1200 {
+                let free = std::fs::File::open(&lock).is_ok_and(|f| f.try_lock().is_ok());
+                if free {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("the service stopped, but its store in {} was still open 60 s later", dir.display());
         }
     }
 }
