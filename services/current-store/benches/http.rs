@@ -21,7 +21,19 @@
 //!    and half re-renders of a page's latest revision, spread over all pages;
 //!    on Cassandra with the node's and the service's CPU per write, and then
 //!    the baseline: the same rates, each write one plain INSERT of the page's
-//!    HTML through the same driver into the same node (its CPU per write too).
+//!    HTML through the same driver into the same node (its CPU per write too);
+//!    between the two, seed 000's Option 2 (one table of renders, no copies,
+//!    retention by range deletes: `one_table.rs`) at the same rate, written by
+//!    this process, its grace period `--one-table-grace-secs` (default 5, so
+//!    that most writes of a page find something to delete, as in a wiki's
+//!    steady state).
+//! 7. on Cassandra, `--churn-pages N` (with `--churn-renders R`, default 60, at
+//!    `--churn-rate`, default 200/s): N pages each rendered R times, a new
+//!    revision every third render, through the service and through Option 2;
+//!    then (after `nodetool flush` when `--nodetool CMD` is given) every
+//!    page's reads traced — the latest, a superseded render by revision and by
+//!    tid, Option 2's write-path head — with the live rows and tombstones each
+//!    met, and each table's size on disk.
 //!
 //! 6. overload (`--overload`, `--overload-writes`): reads or writes offered
 //!    open loop well past saturation, each answer classed as a success, shed
@@ -36,6 +48,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "http/one_table.rs"]
+mod one_table;
+
 use std::process::{Child, Command, Stdio};
 
 use futures_util::StreamExt;
@@ -43,6 +58,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use one_table::OneTable;
 use revstore_current_store::{Pages, RenderBody, decode_part};
 use revstore_keys::{Domain, Tid, Title, TitleRules};
 use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
@@ -410,6 +426,43 @@ async fn main() {
         }
         _ => None,
     };
+    // Option 2 beside them, its pages loaded as the service's were.
+    let one_table_grace = Duration::from_secs(arg("--one-table-grace-secs").map_or(5, |s| s.parse().expect("--one-table-grace-secs")));
+    let one_table = match &baseline {
+        Some((session, _)) => {
+            let option2 = Arc::new(OneTable::create(session.clone(), &keyspace, one_table_grace).await.expect("Option 2's tables"));
+            let loads = titles.iter().enumerate().map(|(i, t)| {
+                let (option2, html) = (option2.clone(), &html);
+                async move { option2.write(t, 1, Tid::now(), &body(&html[i % html.len()], 0)).await.expect("load Option 2") }
+            });
+            futures_util::stream::iter(loads).buffer_unordered(CONCURRENCY).collect::<Vec<_>>().await;
+            // Past the grace period, a page's next write finds its load-time render superseded long enough to delete.
+            tokio::time::sleep(one_table_grace).await;
+            Some(option2)
+        }
+        None => None,
+    };
+    let one_table_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
+    // The service's design called in this process too (`Pages::put` on the
+    // Store, no HTTP), on another domain's pages: the control that tells the
+    // design's cost from the HTTP service's.
+    let in_process = match &one_table {
+        Some(_) => {
+            let store = revstore_storage::open(StorageSettings::Cassandra(CassandraOptions::new([node.clone()], keyspace.clone())))
+                .await
+                .expect("open the store in-process");
+            let pages = Arc::new(Pages { store, grace: Duration::from_secs(86_400), hand_off: true, notify_graph: false });
+            let loads = titles.iter().enumerate().map(|(i, t)| {
+                let (pages, html) = (pages.clone(), &html);
+                async move { in_process_put(&pages, t, 1, &body(&html[i % html.len()], 0)).await.expect("load in-process") }
+            });
+            futures_util::stream::iter(loads).buffer_unordered(CONCURRENCY).collect::<Vec<_>>().await;
+            Some(pages)
+        }
+        None => None,
+    };
+    let in_process_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
+    let range_deletes = Arc::new(AtomicU64::new(0));
     for rate in rates("--write-rate", "500,1000,1500").into_iter().filter(|_| measure_writes) {
         let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds(&service_pid));
         let run = open_loop(rate, seconds, {
@@ -435,6 +488,58 @@ async fn main() {
         let (node_ms, service_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, &service_pid);
         let cpu = node_pid.as_ref().map(|_| format!(" CPU per stored write: node {node_ms:.2} ms, service {service_ms:.2} ms"));
         rows.push(write_row(&engine, &format!("write renders (1/2 new revisions), fixed {rate}/s"), &run, &cpu.unwrap_or_default()));
+        if let Some(pages) = &in_process {
+            let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
+            let run = open_loop(rate, seconds, {
+                let (pages, titles, html, revs) = (pages.clone(), titles.clone(), Arc::new(html.clone()), in_process_revs.clone());
+                move |i| {
+                    let (pages, titles, html, revs) = (pages.clone(), titles.clone(), html.clone(), revs.clone());
+                    async move {
+                        let p = (i as usize * 7919) % titles.len();
+                        let rev = if i % 2 == 0 { revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { revs[p].load(Ordering::SeqCst) };
+                        in_process_put(&pages, &titles[p], rev, &body(&html[i as usize % html.len()], rev)).await.is_ok()
+                    }
+                }
+            })
+            .await;
+            let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
+            let extra = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
+            rows.push(write_row(&engine, &format!("copy-on-update in-process (Pages::put), fixed {rate}/s"), &run, &extra));
+        }
+        if let Some(option2) = &one_table {
+            let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
+            range_deletes.store(0, Ordering::SeqCst);
+            let run = open_loop(rate, seconds, {
+                let (option2, titles, html, revs, range_deletes) =
+                    (option2.clone(), titles.clone(), Arc::new(html.clone()), one_table_revs.clone(), range_deletes.clone());
+                move |i| {
+                    let (option2, titles, html, revs, range_deletes) =
+                        (option2.clone(), titles.clone(), html.clone(), revs.clone(), range_deletes.clone());
+                    async move {
+                        let p = (i as usize * 7919) % titles.len();
+                        let rev = if i % 2 == 0 { revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { revs[p].load(Ordering::SeqCst) };
+                        match option2.write(&titles[p], rev as i64, Tid::now(), &body(&html[i as usize % html.len()], rev)).await {
+                            Ok(written) => {
+                                // Range deletes in the low digits, hand-offs counted by the million.
+                                let handed_off = if written.handed_off { 1_000_000 } else { 0 };
+                                range_deletes.fetch_add(written.range_deletes as u64 + handed_off, Ordering::Relaxed);
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                }
+            })
+            .await;
+            let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
+            let (counted, n) = (range_deletes.load(Ordering::SeqCst), run.latencies.len().max(1) as f64);
+            let extra = format!(
+                " CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms; per write: range deletes {:.2}, hand-offs {:.2}",
+                (counted % 1_000_000) as f64 / n,
+                (counted / 1_000_000) as f64 / n
+            );
+            rows.push(write_row(&engine, &format!("Option 2 (one table, in-process), fixed {rate}/s"), &run, &extra));
+        }
         let Some((session, insert)) = &baseline else { continue };
         let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
         let run = open_loop(rate, seconds, {
@@ -452,6 +557,73 @@ async fn main() {
         let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
         let cpu = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
         rows.push(write_row(&engine, &format!("baseline: one INSERT of the page, fixed {rate}/s"), &run, &cpu));
+    }
+
+    // 7. Churn: hot pages through both designs, then what their reads meet.
+    let churn_pages: u64 = arg("--churn-pages").map_or(0, |n| n.parse().expect("--churn-pages"));
+    let mut churn_rows = Vec::new();
+    if let (Some(option2), Some((session, _)), true) = (&one_table, &baseline, churn_pages > 0) {
+        let per_page: u64 = arg("--churn-renders").map_or(60, |n| n.parse().expect("--churn-renders"));
+        let churn_rate: u64 = arg("--churn-rate").map_or(200, |n| n.parse().expect("--churn-rate"));
+        let churn_titles: Arc<Vec<String>> = Arc::new((0..churn_pages).map(|i| format!("Churn_page_{i}")).collect());
+        let writes = churn_pages * per_page;
+        // Write i is render i / pages of page i % pages; every third render of a page is a new revision.
+        let page_and_rev = move |i: u64| ((i % churn_pages) as usize, 1 + i / churn_pages / 3);
+        let run = open_loop(churn_rate, writes.div_ceil(churn_rate), {
+            let (http, base, titles, html) = (http.clone(), base.clone(), churn_titles.clone(), Arc::new(html.clone()));
+            move |i| {
+                let (http, base, titles, html) = (http.clone(), base.clone(), titles.clone(), html.clone());
+                async move {
+                    if i >= writes {
+                        return true;
+                    }
+                    let (p, rev) = page_and_rev(i);
+                    let r = http
+                        .put(format!("{base}/en.wikipedia.org/v1/page/{}/{rev}/{}", titles[p], Tid::now()))
+                        .bearer_auth(TOKEN)
+                        .json(&body(&html[i as usize % html.len()], rev))
+                        .send()
+                        .await;
+                    r.is_ok_and(|r| r.status() == 201)
+                }
+            }
+        })
+        .await;
+        rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, copy-on-update"), &run, ""));
+        let run = open_loop(churn_rate, writes.div_ceil(churn_rate), {
+            let (option2, titles, html) = (option2.clone(), churn_titles.clone(), Arc::new(html.clone()));
+            move |i| {
+                let (option2, titles, html) = (option2.clone(), titles.clone(), html.clone());
+                async move {
+                    if i >= writes {
+                        return true;
+                    }
+                    let (p, rev) = page_and_rev(i);
+                    option2.write(&titles[p], rev as i64, Tid::now(), &body(&html[i as usize % html.len()], rev)).await.is_ok()
+                }
+            }
+        })
+        .await;
+        rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, Option 2"), &run, ""));
+        if let Some(nodetool) = arg("--nodetool") {
+            let flushed = Command::new("sh").arg("-c").arg(format!("{nodetool} flush {keyspace}")).status().expect("nodetool");
+            assert!(flushed.success(), "nodetool flush failed");
+        }
+        churn_rows = churn_reads(session, &keyspace, option2, &churn_titles).await;
+        let disk = session
+            .query_unpaged("SELECT table_name, mebibytes FROM system_views.disk_usage WHERE keyspace_name = ?", (&keyspace,))
+            .await
+            .expect("disk usage");
+        for table in disk.into_rows_result().expect("rows").rows::<(String, i64)>().expect("typed").flatten() {
+            churn_rows.push(format!("| on disk | {} | {} MiB (all pages of the bench) | | |", table.0, table.1));
+        }
+        if let Some(nodetool) = arg("--nodetool") {
+            for table in ["current", "one_table_renders"] {
+                let out =
+                    Command::new("sh").arg("-c").arg(format!("{nodetool} tablehistograms {keyspace} {table}")).output().expect("nodetool");
+                println!("tablehistograms {table}:\n{}", String::from_utf8_lossy(&out.stdout));
+            }
+        }
     }
 
     // 6. Overload: reads, then writes, past saturation, every answer classed.
@@ -635,6 +807,14 @@ async fn main() {
     for r in rows {
         println!("{r}");
     }
+    if !churn_rows.is_empty() {
+        println!(
+            "\nreads after the churn, traced (per read: mean live rows; tombstones mean / max)\n| design | read | reads | live rows | tombstones |\n|---|---|---|---|---|"
+        );
+        for r in churn_rows {
+            println!("{r}");
+        }
+    }
     if measure_reads {
         println!("\nHTTP reads at saturation / in-process Store reads: {:.2}", http_ops / direct_ops);
     }
@@ -685,4 +865,69 @@ where
     let ops = all.len() as f64 / started.elapsed().as_secs_f64();
     all.sort();
     (ops, all)
+}
+
+/// Every churned page's reads, traced, in both designs: the latest render, the
+/// newest superseded render by revision and by tid, and each design's reads
+/// before a write (copy-on-update: the latest with its content; Option 2: the
+/// head's keys). A row per design and read: mean live rows, mean and max tombstones.
+async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str, option2: &OneTable, titles: &[String]) -> Vec<String> {
+    use one_table::{ReadCost, traced_read};
+    let prepare = |cql: String| async move { session.prepare(cql).await.expect("prepare a traced read") };
+    let latest = prepare(format!("SELECT tid, html FROM \"{keyspace}\".current WHERE domain = ? AND title = ? LIMIT 1")).await;
+    let head = prepare(format!("SELECT rev, tid FROM \"{keyspace}\".renders WHERE domain = ? AND title = ? LIMIT 2")).await;
+    let in_current = prepare(format!("SELECT tid, html FROM \"{keyspace}\".current WHERE domain = ? AND title = ? AND rev = ?")).await;
+    let in_grace = prepare(format!("SELECT tid FROM \"{keyspace}\".renders WHERE domain = ? AND title = ? AND rev = ? LIMIT 1")).await;
+    let by_tid = prepare(format!("SELECT html FROM \"{keyspace}\".by_tid WHERE domain = ? AND title = ? AND rev = ? AND tid = ?")).await;
+    let kinds = ["latest", "superseded, by revision", "superseded, by tid", "before a write"];
+    let (mut copy, mut option) = (vec![Vec::<ReadCost>::new(); 4], vec![Vec::<ReadCost>::new(); 4]);
+    let domain = "en.wikipedia.org";
+    for title in titles {
+        let keys = session.execute_unpaged(&head, (domain, title)).await.expect("renders").into_rows_result().expect("rows");
+        let keys: Vec<(i64, scylla::value::CqlTimeuuid)> = keys.rows().expect("typed").flatten().collect();
+        if let Some(&(rev, tid)) = keys.get(1) {
+            let l = traced_read(session, &latest, (domain, title)).await.expect("trace");
+            let (c, g) = (
+                traced_read(session, &in_current, (domain, title, rev)).await.expect("trace"),
+                traced_read(session, &in_grace, (domain, title, rev)).await.expect("trace"),
+            );
+            let t = traced_read(session, &by_tid, (domain, title, rev, tid)).await.expect("trace");
+            let by_rev = ReadCost { live_rows: c.live_rows + g.live_rows, tombstones: c.tombstones + g.tombstones };
+            for (k, cost) in [l, by_rev, t, l].into_iter().enumerate() {
+                copy[k].push(cost);
+            }
+        }
+        let keys = option2.head(title).await.expect("Option 2's head");
+        if let Some(&(rev, tid)) = keys.get(1) {
+            for (k, cost) in option2.traced_reads(title, rev, tid).await.expect("trace").into_iter().enumerate() {
+                option[k].push(cost);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (design, costs) in [("copy-on-update", &copy), ("Option 2", &option)] {
+        for (kind, costs) in kinds.iter().zip(costs.iter()) {
+            let n = costs.len().max(1) as f64;
+            rows.push(format!(
+                "| {design} | {kind} | {} | {:.1} | {:.1} / {} |",
+                costs.len(),
+                costs.iter().map(|c| c.live_rows).sum::<u64>() as f64 / n,
+                costs.iter().map(|c| c.tombstones).sum::<u64>() as f64 / n,
+                costs.iter().map(|c| c.tombstones).max().unwrap_or(0)
+            ));
+        }
+    }
+    rows
+}
+
+/// A render written by the service's own code in this process, on
+/// `de.wikipedia.org` (the HTTP service writes `en.wikipedia.org`).
+async fn in_process_put(pages: &Pages, title: &str, rev: u64, body: &RenderBody) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // What the service does with a request's body before storing it.
+    let received: RenderBody = serde_json::from_slice(&serde_json::to_vec(body)?)?;
+    let domain = Domain::parse("de.wikipedia.org")?;
+    let title = Title::parse(title, TitleRules::default())?;
+    let id = revstore_current_store::RenderId { rev: revstore_keys::RevId::new(rev)?, tid: Tid::now() };
+    pages.put(&domain, &title, id, &received, &revstore_current_store::Preconditions::default()).await?;
+    Ok(())
 }
