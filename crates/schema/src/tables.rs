@@ -46,6 +46,7 @@ pub mod current_store {
         pub const REV: &str = "rev";
         pub const SECTION_OFFSETS: &str = "section_offsets";
         pub const SHARD: &str = "shard";
+        pub const STORED_AT: &str = "stored_at";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const TRACE: &str = "trace";
@@ -128,6 +129,29 @@ pub mod current_store {
         comment: "renders held per title, for listing and deletion",
     };
 
+    /// Every render of a page, newest first (seed 000 option 2, issue #29):
+    /// the latest render is the first row, a superseded one stays a row until
+    /// it has been superseded for the grace period, then a write of the page
+    /// or the janitor's retention sweep range-deletes it. `stored_at` is when
+    /// the row was written (a late write can carry an old tid): a render is
+    /// superseded no later than the newer renders were stored.
+    pub static PAGE_RENDERS: TableDef = TableDef {
+        name: "page_renders",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::TITLE, Text),
+            C::clustering(col::REV, BigInt, Order::Desc),
+            C::clustering(col::TID, TimeUuid, Order::Desc),
+            C::regular(col::STORED_AT, Timestamp),
+            C::regular(col::HTML, Blob),
+            C::regular(col::DATA_PARSOID, Blob),
+            C::regular(col::SECTION_OFFSETS, Blob),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "every render of a page, newest first, kept until superseded for the grace period (seed 000 option 2)",
+    };
+
     /// Revisions hidden by suppression: never served again.
     pub static SUPPRESSED: TableDef = TableDef {
         name: "suppressed",
@@ -203,7 +227,8 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 7] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
+    pub static TABLES: [&TableDef; 8] =
+        [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
 }
 
 /// old-store: seed 002, compression blocks and a metadata table.

@@ -49,7 +49,9 @@ fn fingerprint_of(tables: &[&TableDef]) -> String {
 // current-store 6: the outbox's `trace` column (additive: version 5 code ignores it).
 // current-store 7: the grace tables' compaction windows and gc_grace_seconds
 // (table options only, applied in place: version 5 and 6 code uses the tables as they are).
-pub static CURRENT_STORE: Component = Component { name: "current-store", version: 7, compatible_from: 5, tables: &current_store::TABLES };
+// current-store 8: `page_renders`, every render in one table (seed 000 option 2,
+// issue #29). Version 7 code neither writes nor reads it: not compatible.
+pub static CURRENT_STORE: Component = Component { name: "current-store", version: 8, compatible_from: 8, tables: &current_store::TABLES };
 pub static OLD_STORE: Component = Component { name: "old-store", version: 5, compatible_from: 5, tables: &old_store::TABLES };
 // dependency-graph 7: `graph_page_writers` (additive: version 6 code ignores it,
 // but writes of its replicas are not serialised with those of version 7).

@@ -1,21 +1,22 @@
 //! current-store's sweeps for the janitor (see `revstore_service::janitor_admin`).
 //!
-//! - `retention`: `current` should hold one row per title, the latest render.
-//!   A write of a new revision range-deletes the older ones in the same batch,
-//!   but two writers racing on one title can leave an older revision's row
-//!   behind, and nothing would ever remove it on a quiet title (seed 003). The
-//!   sweep moves each such row out the way a write supersedes a render: copied
-//!   into the grace tables (its grace period starts now, so a reader who saw it
-//!   can still fetch it) and deleted from `current`, in one logged batch.
-//!   Everything else here expires by TTL; the janitor's purge call drops what
-//!   the embedded engine still keeps of it.
+//! - `retention`: a write of a page range-deletes the renders superseded for
+//!   longer than the grace period that its read of the page's newest keys
+//!   shows; what no write deletes — a page not written again, a page with
+//!   more renders in its grace period than a write reads — is the sweep's:
+//!   each page read whole, everything behind the newest render stored before
+//!   the grace period began range-deleted (row by row where a late write,
+//!   stored inside the grace period, sorts behind it). Rows of the schema-7
+//!   tables expire by TTL; the janitor's purge call drops what the embedded
+//!   engine still keeps of them.
 //! - `archive`: every revision current-store holds (the latest of each title,
 //!   and the revisions of renders inside their grace period) is in old-store;
 //!   one that is not (its hand-off lost: an outbox row deleted by hand, a
 //!   restore) is sent again through old-store's API. Offered only when
 //!   current-store has an old-store URL.
-//! - `audit`: every table, held against entitled; in `current` a title is
-//!   entitled to its latest row only.
+//! - `audit`: every table, held against entitled; in `page_renders` a page is
+//!   entitled to its latest render and the renders superseded less than the
+//!   grace period ago.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -27,17 +28,19 @@ use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
-use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, RENDERS, SUPPRESSED, col};
+use revstore_schema::tables::current_store::{
+    BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, RENDERS, SUPPRESSED, col,
+};
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
-use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Store, Value, Write, row_bytes};
+use futures_util::TryStreamExt;
+use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
 
-use crate::pages::Pages;
-use crate::render::{StoredParts, decode_part};
+use crate::pages::{Held, Pages, held};
+use crate::render::decode_part;
 
-/// Rows of one title's `current` partition read per visit: one latest and
-/// the leftovers behind it (normally none; a title with more is finished on
-/// the next run).
-const ROWS_PER_TITLE: u32 = 64;
+/// Rows of a page's partition read per request (a page is read whole, a
+/// request at a time).
+const ROWS_PER_PAGE: u32 = 256;
 
 /// Revisions whose newest render is younger than this are left to the outbox
 /// (it delivers within seconds; sending them again would only be a repeat).
@@ -50,7 +53,8 @@ const ARCHIVE_LIST_PAGE: u32 = 1000;
 pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn Sweep>> {
     let store = pages.store.clone();
     let audited = vec![
-        AuditedTable { table: &CURRENT, entitlement: Some(Arc::new(LatestOnly)) },
+        AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { grace: pages.grace })) },
+        AuditedTable::live(&CURRENT),
         AuditedTable::live(&BY_REV),
         AuditedTable::live(&BY_TID),
         AuditedTable::live(&RENDERS),
@@ -65,7 +69,8 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn S
     sweeps
 }
 
-/// Moves rows of superseded revisions out of `current`.
+/// Range-deletes the renders superseded for longer than the grace period
+/// that no write of their page has deleted.
 #[derive(Debug)]
 struct Retention {
     pages: Pages,
@@ -79,68 +84,63 @@ impl Sweep for Retention {
 
     async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
+        let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        // Every title of the step in one multi-partition read.
-        let reads = scanned.partitions.iter().map(|p| ReadQuery::new(&CURRENT, p.key.clone()).limit(ROWS_PER_TITLE)).collect();
-        let titles = store.read_many(reads).await?;
-        for (partition, rows) in scanned.partitions.iter().zip(&titles) {
-            let leftovers = rows.get(1..).unwrap_or_default();
-            if leftovers.is_empty() {
+        let cutoff = store.now_micros() - self.pages.grace.as_micros() as i64;
+        for partition in &scanned.partitions {
+            let (domain, title) = stored_page(&partition.key)?;
+            let rows = page_rows(store, &partition.key).await?;
+            let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { continue };
+            // Behind the boundary, what was stored before the cutoff: a render
+            // stored after it (a late write) may just have been fetched.
+            let (behind, late): (Vec<_>, Vec<_>) = rows[at + 1..].iter().partition(|(h, _)| h.stored_at <= cutoff);
+            if behind.is_empty() {
                 continue;
             }
-            report.rows += leftovers.len() as u64;
-            report.bytes += leftovers.iter().map(|r| row_bytes(&CURRENT, r)).sum::<u64>();
-            if !dry_run {
-                store.apply_in_stages(self.supersede(&partition.key, leftovers)?).await?;
+            report.rows += behind.len() as u64;
+            report.bytes += behind.iter().map(|(_, bytes)| bytes).sum::<u64>();
+            if dry_run {
+                continue;
             }
+            let now = store.now_micros();
+            let writes = if late.is_empty() {
+                let held: Vec<Held> = rows.iter().map(|(h, _)| *h).collect();
+                self.pages.behind(&domain, &title, rows[at].0.id, &held, now)
+            } else {
+                let delete = |h: &Held| Delete::row(&PAGE_RENDERS, partition.key.clone(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
+                behind.iter().map(|(h, _)| delete(h).timestamp(now).into()).collect()
+            };
+            store.apply(writes).await?;
         }
         Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }
 
-impl Retention {
-    /// The writes that move `leftovers` (rows of one title's `current`
-    /// partition, older than its first row) into the grace tables, in the
-    /// write path's order: the `by_tid` copies, then their index rows with the
-    /// deletes from `current` (one mutation of the title's partition key).
-    fn supersede(&self, title_key: &[Value], leftovers: &[Row]) -> Result<Vec<Vec<Write>>, SweepError> {
-        let [domain, title] = <[Value; 2]>::try_from(title_key.to_vec())
-            .map_err(|_| SweepError::corrupt("a current partition key is not (domain, title)"))?;
-        let now = self.pages.store.now_micros();
-        let (mut contents, mut moves) = (Vec::new(), Vec::new());
-        for row in leftovers {
-            let id = crate::pages::render_id(row)?;
-            let parts = StoredParts {
-                html: row.blob(col::HTML).unwrap_or_default().to_vec(),
-                data_parsoid: row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
-                section_offsets: row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
-            };
-            // Timestamped after the row's own write and its first grace copy
-            // (both at its render time), so the delete and this copy win over
-            // them whatever the clocks say.
-            let at = now.max(id.tid.unix_micros() + 1);
-            let copy = self.pages.grace_copy_in([domain.clone(), title.clone()], id, &parts, at);
-            contents.push(copy.content);
-            moves.push(copy.index);
-            let delete = Delete::row(&CURRENT, title_key.to_vec(), [Value::from(id.rev.as_i64())]).timestamp(at);
-            moves.push(delete.into());
-        }
-        Ok(vec![contents, moves])
-    }
+/// Every row of a page's partition, newest first: its key, storing time and bytes.
+async fn page_rows(store: &Store, key: &[Value]) -> Result<Vec<(Held, u64)>, SweepError> {
+    let rows: Vec<Row> = store.rows(ReadQuery::new(&PAGE_RENDERS, key.to_vec()).limit(ROWS_PER_PAGE)).try_collect().await?;
+    rows.iter().map(|row| Ok((held(row)?, row_bytes(&PAGE_RENDERS, row)))).collect()
 }
 
-/// In `current`, a title is entitled to its latest row.
+/// A page is entitled to its latest render and to every render superseded
+/// less than the grace period ago: the renders down to the newest one stored
+/// before the grace period began (the rows retention keeps).
 #[derive(Debug)]
-struct LatestOnly;
+struct OwedRenders {
+    grace: Duration,
+}
 
 #[async_trait]
-impl Entitlement for LatestOnly {
+impl Entitlement for OwedRenders {
     async fn ideal(&self, store: &Store, partitions: &[ScannedPartition]) -> Result<(u64, u64), SweepError> {
-        let queries = partitions.iter().map(|p| ReadQuery::new(&CURRENT, p.key.clone()).limit(1)).collect();
-        let latest = store.read_many(queries).await?;
-        let rows = latest.iter().filter(|rows| !rows.is_empty()).count() as u64;
-        let bytes = latest.iter().filter_map(|rows| rows.first()).map(|r| row_bytes(&CURRENT, r)).sum();
+        let cutoff = store.now_micros() - self.grace.as_micros() as i64;
+        let (mut rows, mut bytes) = (0, 0);
+        for partition in partitions {
+            let held = page_rows(store, &partition.key).await?;
+            let owed = held.iter().position(|(h, _)| h.stored_at <= cutoff).map_or(held.len(), |at| at + 1);
+            rows += owed as u64;
+            bytes += held[..owed].iter().map(|(_, b)| b).sum::<u64>();
+        }
         Ok((rows, bytes))
     }
 }
@@ -160,7 +160,7 @@ impl Sweep for HandOffCheck {
 
     async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
         let store = &self.pages.store;
-        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
+        let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         for partition in &scanned.partitions {
             let (domain, title) = stored_page(&partition.key)?;
@@ -189,22 +189,14 @@ impl Sweep for HandOffCheck {
 }
 
 impl HandOffCheck {
-    /// The revisions held for a title (in `current` and in the grace index),
-    /// older than the hand-off margin, not suppressed, ascending.
+    /// The revisions held for a title, older than the hand-off margin, not
+    /// suppressed, ascending.
     async fn held_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<RevId>, SweepError> {
-        let key = [Value::from(domain.as_str()), Value::from(title.as_str())];
         let store = &self.pages.store;
         let mut newest: BTreeMap<i64, i64> = BTreeMap::new();
-        // `current`'s tid is a cell, the grace index's part of its key.
-        let latest = ReadQuery::new(&CURRENT, key.clone()).columns([col::TID]).limit(ARCHIVE_LIST_PAGE);
-        let in_grace = ReadQuery::new(&RENDERS, key.clone()).limit(ARCHIVE_LIST_PAGE);
-        for query in [latest, in_grace] {
-            let rows = store.read(&query).await?.rows;
-            for row in &rows {
-                let id = crate::pages::render_id(row)?;
-                let at = newest.entry(id.rev.as_i64()).or_insert(i64::MIN);
-                *at = (*at).max(id.tid.unix_micros());
-            }
+        for h in self.pages.all_held(domain, title, Slice::all()).await? {
+            let at = newest.entry(h.id.rev.as_i64()).or_insert(i64::MIN);
+            *at = (*at).max(h.id.tid.unix_micros());
         }
         let settled_before = store
             .now()

@@ -2,38 +2,39 @@
 //! which one wins, and what a write must do so that precedence and the grace
 //! period hold whatever order writes arrive in.
 //!
-//! Tables (seed 000, option 1b with copy-on-update):
-//! - `current` (domain, title) → rev DESC: the latest render of each revision
-//!   still held, usually one. Its cells are written with the tid's time as
-//!   write timestamp, so re-renders of one revision resolve by render time; a
-//!   new revision's write carries a range delete of the older revisions.
-//! - `by_tid` (domain, title, rev, tid): every render, kept for the grace TTL.
-//!   A render is written there when it is stored, and the render it supersedes
-//!   is copied there again, so any render a reader saw stays retrievable for
-//!   the grace TTL after it was superseded (the VisualEditor contract), with no
-//!   flag from the client.
-//! - `renders` (domain, title) → rev DESC, tid DESC: the index of the renders
-//!   in `by_tid`; the newest tid of a revision there is its latest render in
-//!   the grace period. It shares `current`'s partition key, so a render's
-//!   index rows and its `current` row are one mutation.
-//! - `by_rev`: held a copy of each revision's latest render until issue #17;
-//!   no longer written or read (the index and `by_tid` answer), empty one
-//!   grace TTL after an upgrade; still in the schema (5) until a change drops it.
+//! Tables (seed 000, option 2 — issue #29, docs/design/current-store-writes.md):
+//! - `page_renders` (domain, title) → rev DESC, tid DESC: every render of the
+//!   page, with the time it was stored. The first row is the latest render
+//!   (precedence is the clustering order, whatever order writes arrive in); a
+//!   superseded render stays a row, so a reader who saw it can fetch it by
+//!   (rev, tid), until it has been superseded for the grace period — then a
+//!   later write of the page, or the janitor's retention sweep, range-deletes
+//!   it. Nothing is copied when a render is superseded.
 //! - `suppressed`: revisions never to be served again.
 //! - `outbox`: hand-offs to old-store (and change notices to the dependency
 //!   graph), written before the render becomes visible.
+//! - `current`, `by_tid`, `renders`, `by_rev`: the copy-on-update layout of
+//!   schema 7 and earlier, no longer written; kept until a schema change
+//!   drops them.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, OUTBOX, RENDERS, SUPPRESSED, col};
+use revstore_schema::tables::current_store::{OUTBOX, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
 
-/// Grace-period renders read per page.
+/// Render keys read per page of a listing.
 const GRACE_PAGE: u32 = 1000;
+
+/// Render keys a write reads: enough to find the retention boundary of a
+/// page re-rendered every few minutes; a page with more renders in its grace
+/// period is left to the janitor's retention sweep.
+pub(crate) const HEAD_ROWS: u32 = 64;
 use crate::render::{RenderBody, RenderId, StoredParts};
 
 /// Outbox rows are spread over this many partitions.
@@ -44,12 +45,6 @@ pub const OUTBOX_SHARDS: i64 = 16;
 pub struct Found {
     pub id: RenderId,
     pub row: Row,
-}
-
-/// A render's rows for the grace period (see [`Pages::grace_copy`]).
-pub(crate) struct GraceCopy {
-    pub content: Write,
-    pub index: Write,
 }
 
 /// What a write did.
@@ -108,58 +103,30 @@ pub fn rendered_at(tid: Tid) -> String {
 }
 
 impl Pages {
-    fn grace_secs(&self) -> u32 {
-        self.grace.as_secs().clamp(1, u32::MAX as u64) as u32
-    }
-
     pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, PagesError> {
         let [d, t] = key(domain, title);
         Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT])).await?.is_some())
     }
 
-    /// The latest render of the latest revision.
+    /// The latest render of the latest revision: the page's first row.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let query = ReadQuery::new(&CURRENT, key(domain, title)).limit(1).columns(columns.iter().copied());
-        let page = self.store.read(&query).await?;
-        match page.rows.into_iter().next() {
-            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
-            None => Ok(None),
-        }
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).limit(1).columns(content_columns(columns));
+        found(self.store.read(&query).await?.rows.into_iter().next())
     }
 
-    /// The latest render of a revision: the newer of its row in `current` (while
-    /// the revision is held there) and its newest render in the grace period.
-    /// Both are read: a `current` row of an older revision can outlive the
-    /// range delete that should have removed it (that delete carries an
-    /// earlier write time), while the grace tables received the revision's
-    /// newer renders.
+    /// The latest render of a revision: the revision's first row.
     pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_rev(domain, title, rev, columns))?;
         Ok(found.filter(|_| !suppressed))
     }
 
-    /// [`Pages::of_rev`] without the suppression check: the newer of the
-    /// revision's row in `current` and its newest render in the grace index.
+    /// [`Pages::of_rev`] without the suppression check.
     async fn find_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let [d, t] = key(domain, title);
-        let r = Value::from(rev.as_i64());
-        let newest_in_grace = ReadQuery::new(&RENDERS, [d.clone(), t.clone()]).slice(Slice::prefix([r.clone()])).limit(1);
-        let (in_current, in_grace) = tokio::try_join!(
-            self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())),
-            self.store.read(&newest_in_grace),
-        )?;
-        let in_current = in_current.map(|row| render_id(&row).map(|id| Found { id, row })).transpose()?;
-        let grace_id = in_grace.rows.first().map(render_id).transpose()?;
-        match (in_current, grace_id) {
-            (Some(current), Some(grace)) if !grace.is_newer_than(&current.id) => Ok(Some(current)),
-            (current, Some(grace)) => {
-                // The index row is written after its `by_tid` row; should that one
-                // have expired a moment earlier, `current`'s row still answers.
-                let found = self.find_tid(domain, title, rev, grace.tid, columns).await?;
-                Ok(found.or(current))
-            }
-            (current, None) => Ok(current),
-        }
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title))
+            .slice(Slice::prefix([Value::from(rev.as_i64())]))
+            .limit(1)
+            .columns(content_columns(columns));
+        found(self.store.read(&query).await?.rows.into_iter().next())
     }
 
     /// One render, by revision and tid.
@@ -186,32 +153,22 @@ impl Pages {
         columns: &[&'static str],
     ) -> Result<Option<Found>, PagesError> {
         let [d, t] = key(domain, title);
-        let r = Value::from(rev.as_i64());
-        if let Some(row) = self.store.get(&CURRENT, vec![d.clone(), t.clone(), r.clone()], Some(columns.to_vec())).await?
-            && row.timeuuid(col::TID) == Some(tid.uuid())
-        {
-            return Ok(Some(Found { id: render_id(&row)?, row }));
-        }
-        let by_tid_columns: Vec<&'static str> = columns.iter().copied().filter(|c| *c != col::TID).collect();
-        match self.store.get(&BY_TID, vec![d, t, r, Value::from(tid)], Some(by_tid_columns)).await? {
-            Some(row) => Ok(Some(Found { id: render_id(&row)?, row })),
-            None => Ok(None),
-        }
+        let row = self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
+        found(row)
     }
 
     /// Stores a render. See the module documentation for what is written where.
     ///
-    /// The write path (docs/design/current-store-writes.md): two reads at once
-    /// (suppression and the latest render), more only for a render that
-    /// arrives after a newer one; then two stages of single-partition writes,
-    /// no cross-partition batch. The first stage makes durable what must
-    /// exist before the render is visible — its `by_tid` content, the copy of
-    /// the render it supersedes, the hand-off and the change notice — and the
-    /// second, one mutation of the page's partition key, makes it the latest
-    /// and indexes both. Every write is idempotent (explicit keys and
-    /// timestamps), so a failure between or within the stages leaves only
-    /// unindexed `by_tid` rows that expire and a hand-off old-store takes as a
-    /// duplicate, and the client's retry completes the write.
+    /// The write path (docs/design/current-store-writes.md, "Seed 000's Option
+    /// 2"): at once, whether the revision is suppressed and the keys of the
+    /// page's newest renders (no content); then, for a revision's first
+    /// render, the hand-off (and the change notice), durable before the render
+    /// can be seen; then one mutation of the page's partition: the render's row
+    /// and the range deletes of every render superseded for longer than the
+    /// grace period that the keys read show. Every write is idempotent
+    /// (explicit keys and timestamps): a failure between the two leaves a
+    /// hand-off old-store takes as a duplicate, and the client's retry
+    /// completes the write.
     pub async fn put(
         &self,
         domain: &Domain,
@@ -222,70 +179,26 @@ impl Pages {
     ) -> Result<PutOutcome, PagesError> {
         body.validate()?;
         id.tid.check_render_time(self.store.now())?;
-        let (suppressed, latest) = tokio::try_join!(
-            self.is_suppressed(domain, title, id.rev),
-            self.latest(domain, title, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]),
-        )?;
+        let (suppressed, head) = tokio::try_join!(self.is_suppressed(domain, title, id.rev), self.head(domain, title))?;
         if suppressed {
             return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
-        check_preconditions(pre, latest.as_ref().map(|l| l.id))?;
-        let becomes_latest = latest.as_ref().is_none_or(|l| id.is_newer_than(&l.id));
-        let first_of_revision = if becomes_latest {
-            // Newer than every render held: not stored yet (a write that failed
-            // midway is written again), and its revision has a render already
-            // only when it is the latest's.
-            latest.as_ref().is_none_or(|l| l.id.rev != id.rev)
-        } else {
-            // It arrives after a newer render: it may be a retry of a stored one,
-            // and its revision may have renders in the grace tables.
-            if latest.as_ref().is_some_and(|l| l.id == id) || self.find_tid(domain, title, id.rev, id.tid, &[col::TID]).await?.is_some() {
-                return Ok(PutOutcome::AlreadyStored);
-            }
-            self.find_rev(domain, title, id.rev, &[col::TID]).await?.is_none()
-        };
-
-        let parts = StoredParts::encode(body);
-        let ts = id.tid.unix_micros();
-        let [d, t] = key(domain, title);
-        let copy = self.grace_copy(domain, title, id, &parts, ts);
-        let mut durable_first: Vec<Write> = vec![copy.content];
-        let mut becoming_visible: Vec<Write> = vec![copy.index];
-        if becomes_latest {
-            becoming_visible.push(
-                Upsert::new(&CURRENT, [d.clone(), t.clone(), Value::from(id.rev.as_i64())])
-                    .set(col::TID, id.tid)
-                    .set(col::HTML, parts.html.clone())
-                    .set(col::DATA_PARSOID, parts.data_parsoid.clone())
-                    .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
-                    .timestamp(ts)
-                    .into(),
-            );
-            if let Some(old) = &latest {
-                // Copy-on-update: the superseded render's grace period starts now.
-                let old_parts = StoredParts {
-                    html: old.row.blob(col::HTML).unwrap_or_default().to_vec(),
-                    data_parsoid: old.row.blob(col::DATA_PARSOID).unwrap_or_default().to_vec(),
-                    section_offsets: old.row.blob(col::SECTION_OFFSETS).unwrap_or_default().to_vec(),
-                };
-                // Timestamped after both renders' own writes, so this copy (and
-                // its fresh TTL) wins over the superseded render's first one
-                // whichever writer's clock is ahead.
-                let old_copy = self.grace_copy(domain, title, old.id, &old_parts, old.id.tid.unix_micros().max(ts) + 1);
-                durable_first.push(old_copy.content);
-                becoming_visible.push(old_copy.index);
-                if id.rev > old.id.rev {
-                    // Older revisions leave `current` with it (one partition, one
-                    // batch). The delete is timestamped now (or the tid's time if
-                    // later), so it also covers re-renders of older revisions made
-                    // before this write; what a concurrent writer still adds is the
-                    // janitor's.
-                    let older = Slice::all().upper(std::ops::Bound::Excluded(Value::from(id.rev.as_i64())));
-                    let now = self.store.now_micros();
-                    becoming_visible.push(Delete::range(&CURRENT, [d.clone(), t.clone()], older).timestamp(ts.max(now)).into());
-                }
-            }
+        check_preconditions(pre, head.first().map(|h| h.id))?;
+        let head_is_whole = head.len() < HEAD_ROWS as usize;
+        let beyond_head = !head_is_whole && head.last().is_some_and(|last| last.id.is_newer_than(&id));
+        if head.iter().any(|h| h.id == id) || (beyond_head && self.find_tid(domain, title, id.rev, id.tid, &[]).await?.is_some()) {
+            return Ok(PutOutcome::AlreadyStored);
         }
+        let first_of_revision = match head.iter().any(|h| h.id.rev == id.rev) {
+            true => false,
+            false if beyond_head && head.last().is_some_and(|last| last.id.rev > id.rev) => {
+                self.find_rev(domain, title, id.rev, &[]).await?.is_none()
+            }
+            false => true,
+        };
+        let becomes_latest = head.first().is_none_or(|latest| id.is_newer_than(&latest.id));
+
+        let mut durable_first: Vec<Write> = Vec::new();
         if first_of_revision && self.hand_off {
             durable_first.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
         }
@@ -300,34 +213,53 @@ impl Pages {
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
+        let parts = StoredParts::encode(body);
+        let now = self.store.now_micros();
+        let [d, t] = key(domain, title);
+        let mut becoming_visible: Vec<Write> = vec![
+            Upsert::new(&PAGE_RENDERS, [d.clone(), t.clone(), Value::from(id.rev.as_i64()), Value::from(id.tid)])
+                .set(col::STORED_AT, Value::Timestamp(now / 1000))
+                .set(col::HTML, parts.html)
+                .set(col::DATA_PARSOID, parts.data_parsoid)
+                .set(col::SECTION_OFFSETS, parts.section_offsets)
+                .timestamp(id.tid.unix_micros())
+                .into(),
+        ];
+        // Only a render that sorts above the boundary moves it: one that
+        // arrives late, behind it, deletes nothing (and is not deleted here).
+        if let Some(boundary) = retention_boundary(&head, now - self.grace.as_micros() as i64)
+            && id.is_newer_than(&boundary)
+        {
+            becoming_visible.extend(self.behind(domain, title, boundary, &head, now));
+        }
         self.store.apply_in_stages(vec![durable_first, becoming_visible]).await?;
         Ok(PutOutcome::Created)
     }
 
-    /// A render's rows for the grace period, with the grace TTL from now: its
-    /// content in `by_tid`, and its row in the `renders` index, which must be
-    /// written after it (in a later stage, or the same transaction).
-    fn grace_copy(&self, domain: &Domain, title: &Title, id: RenderId, parts: &StoredParts, timestamp: i64) -> GraceCopy {
-        self.grace_copy_in(key(domain, title), id, parts, timestamp)
+    /// The keys of a page's newest renders, with when each was stored.
+    async fn head(&self, domain: &Domain, title: &Title) -> Result<Vec<Held>, PagesError> {
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).columns([col::STORED_AT]).limit(HEAD_ROWS);
+        self.store.read(&query).await?.rows.iter().map(held).collect()
     }
 
-    /// [`Pages::grace_copy`] for a title given by its stored key (domain, title).
-    /// A render is copied when it is stored (`timestamp`: its tid's time) and
-    /// again when superseded (after both renders' tids): the copies are
-    /// ordered by tids, never by the writers' clocks, so the later copy's TTL
-    /// (the grace period counted from the supersession) is the one kept.
-    pub(crate) fn grace_copy_in(&self, [d, t]: [Value; 2], id: RenderId, parts: &StoredParts, timestamp: i64) -> GraceCopy {
-        let (r, grace) = (Value::from(id.rev.as_i64()), self.grace_secs());
-        GraceCopy {
-            content: Upsert::new(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)])
-                .set(col::HTML, parts.html.clone())
-                .set(col::DATA_PARSOID, parts.data_parsoid.clone())
-                .set(col::SECTION_OFFSETS, parts.section_offsets.clone())
-                .ttl(grace)
-                .timestamp(timestamp)
-                .into(),
-            index: Upsert::new(&RENDERS, [d, t, r, Value::from(id.tid)]).ttl(grace).timestamp(timestamp).into(),
+    /// The range deletes of every render older than `boundary` in `rows` (a
+    /// page's keys, newest first): `rev < boundary.rev`, and the renders of
+    /// `boundary.rev` older than it — only where there is something there, so
+    /// that a quiet page gathers no tombstones. Timestamped `now`, after
+    /// every deleted row's write (its tid's time, at most the boundary's storing time).
+    pub(crate) fn behind(&self, domain: &Domain, title: &Title, boundary: RenderId, rows: &[Held], now: i64) -> Vec<Write> {
+        let [d, t] = key(domain, title);
+        let r = Value::from(boundary.rev.as_i64());
+        let mut deletes = Vec::new();
+        if rows.iter().any(|h| h.id.rev < boundary.rev) {
+            let older = Slice::all().upper(Bound::Excluded(r.clone()));
+            deletes.push(Delete::range(&PAGE_RENDERS, [d.clone(), t.clone()], older).timestamp(now).into());
         }
+        if rows.iter().any(|h| h.id.rev == boundary.rev && boundary.is_newer_than(&h.id)) {
+            let older = Slice::prefix([r]).upper(Bound::Excluded(Value::from(boundary.tid)));
+            deletes.push(Delete::range(&PAGE_RENDERS, [d, t], older).timestamp(now).into());
+        }
+        deletes
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
@@ -346,79 +278,67 @@ impl Pages {
         }
     }
 
-    /// Every grace-period render a query finds, a page at a time (a page
-    /// re-rendered all day can hold thousands).
-    async fn grace_renders(&self, query: ReadQuery) -> Result<Vec<Row>, PagesError> {
-        Ok(self.store.rows(query.limit(GRACE_PAGE)).try_collect().await?)
+    /// Every render key of a page, newest first, a page of rows at a time (a
+    /// page re-rendered all day can hold thousands).
+    pub(crate) async fn all_held(&self, domain: &Domain, title: &Title, slice: Slice) -> Result<Vec<Held>, PagesError> {
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).slice(slice).columns([col::STORED_AT]).limit(GRACE_PAGE);
+        let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
+        rows.iter().map(held).collect()
     }
 
-    /// The renders held for a title, newest first.
+    /// The renders held for a title, newest first: the latest, then the
+    /// superseded ones still held (their grace period, and until retention
+    /// removes them).
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
-        let current = self.store.read(&ReadQuery::new(&CURRENT, key(domain, title)).columns([col::TID])).await?.rows;
-        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
-        let mut held: Vec<(RenderId, &'static str)> = Vec::new();
-        for row in &current {
-            held.push((render_id(row)?, "current"));
-        }
-        for row in &grace {
-            let id = render_id(row)?;
-            if !held.iter().any(|(h, _)| *h == id) {
-                held.push((id, "grace"));
+        let all = self.all_held(domain, title, Slice::all()).await?;
+        let mut visible = Vec::with_capacity(all.len());
+        let mut suppressed: BTreeMap<RevId, bool> = BTreeMap::new();
+        for h in all {
+            let hidden = match suppressed.get(&h.id.rev) {
+                Some(hidden) => *hidden,
+                None => *suppressed.entry(h.id.rev).or_insert(self.is_suppressed(domain, title, h.id.rev).await?),
+            };
+            if !hidden {
+                visible.push(h.id);
             }
         }
-        let mut visible = Vec::with_capacity(held.len());
-        for (id, held_in) in held {
-            if !self.is_suppressed(domain, title, id.rev).await? {
-                visible.push((id, held_in));
-            }
-        }
-        visible.sort_by(|a, b| b.0.rev.cmp(&a.0.rev).then(b.0.tid.cmp(&a.0.tid)));
         Ok(visible
             .into_iter()
-            .map(|(id, held_in)| HeldRender { rev: id.rev.get(), tid: id.tid.to_string(), rendered_at: rendered_at(id.tid), held_in })
+            .enumerate()
+            .map(|(i, id)| HeldRender {
+                rev: id.rev.get(),
+                tid: id.tid.to_string(),
+                rendered_at: rendered_at(id.tid),
+                held_in: if i == 0 { "current" } else { "grace" },
+            })
             .collect())
     }
 
-    /// Removes all of a page's content held here.
+    /// Removes all of a page's content held here: one partition tombstone,
+    /// after every write of what is held (a row carries its tid's time), even
+    /// renders whose tid is ahead of this clock.
     pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
-        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title))).await?;
-        let ids = grace.iter().map(render_id).collect::<Result<Vec<_>, _>>()?;
-        // After every write of what is held (a render's rows carry its tid's
-        // time, a copy one past it), even renders whose tid is ahead of this
-        // clock: the delete removes all of it.
-        let at = ids.iter().map(|id| id.tid.unix_micros() + 2).fold(self.store.now_micros(), i64::max);
-        let [d, t] = key(domain, title);
-        let mut writes: Vec<Write> = vec![
-            Delete::partition(&CURRENT, [d.clone(), t.clone()]).timestamp(at).into(),
-            Delete::partition(&RENDERS, [d.clone(), t.clone()]).timestamp(at).into(),
-        ];
-        for id in ids {
-            let r = Value::from(id.rev.as_i64());
-            writes.push(Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).timestamp(at).into());
-            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r, Value::from(id.tid)]).timestamp(at).into());
-        }
-        self.store.apply(writes).await?;
+        let at = match self.head(domain, title).await?.first() {
+            Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
+            None => self.store.now_micros(),
+        };
+        self.store.apply(vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into()]).await?;
         Ok(())
     }
 
     /// Hides a revision: recorded as suppressed (checked on every read, so it is
-    /// never served again, also not through the old-store fallback), its content
-    /// removed here, and the suppression queued for old-store.
+    /// never served again, also not through the old-store fallback), its
+    /// renders removed here, and the suppression queued for old-store.
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         let now_ms = revstore_keys::time::millis(self.store.now());
-        let grace = self.grace_renders(ReadQuery::new(&RENDERS, key(domain, title)).slice(Slice::prefix([r.clone()]))).await?;
+        let of_rev = self.all_held(domain, title, Slice::prefix([r.clone()])).await?;
+        let at = of_rev.iter().map(|h| h.id.tid.unix_micros() + 1).fold(self.store.now_micros(), i64::max);
         let mut writes: Vec<Write> = vec![
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
-            Delete::row(&CURRENT, [d.clone(), t.clone()], [r.clone()]).into(),
-            Delete::partition(&BY_REV, [d.clone(), t.clone(), r.clone()]).into(),
-            Delete::range(&RENDERS, [d.clone(), t.clone()], Slice::prefix([r.clone()])).into(),
+            Delete::range(&PAGE_RENDERS, [d, t], Slice::prefix([r])).timestamp(at).into(),
         ];
-        for row in &grace {
-            let id = render_id(row)?;
-            writes.push(Delete::partition(&BY_TID, [d.clone(), t.clone(), r.clone(), Value::from(id.tid)]).into());
-        }
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
             writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());
@@ -426,6 +346,41 @@ impl Pages {
         self.store.apply(writes).await?;
         Ok(())
     }
+}
+
+/// A render's key as a page's listing holds it, with when it was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub id: RenderId,
+    /// Microseconds since the epoch.
+    pub stored_at: i64,
+}
+
+pub(crate) fn held(row: &Row) -> Result<Held, PagesError> {
+    let id = render_id(row)?;
+    // A row without a storing time (none is written so) counts as stored at its render time.
+    let stored_at = row.timestamp(col::STORED_AT).map_or(id.tid.unix_micros(), |ms| ms * 1000);
+    Ok(Held { id, stored_at })
+}
+
+/// The newest render of `rows` (a page's keys, newest first) stored at or
+/// before `cutoff`: every render older than it was superseded no later than
+/// it was stored, so for longer than the grace period. None when no render
+/// is that old, or when one stored after the cutoff sorts behind it (a late
+/// write a reader may just have fetched: the janitor deletes such pages row
+/// by row).
+pub(crate) fn retention_boundary(rows: &[Held], cutoff: i64) -> Option<RenderId> {
+    let at = rows.iter().position(|h| h.stored_at <= cutoff)?;
+    rows[at + 1..].iter().all(|h| h.stored_at <= cutoff).then_some(rows[at].id)
+}
+
+/// The content columns of a read (the key columns always come back).
+fn content_columns(columns: &[&'static str]) -> Vec<&'static str> {
+    columns.iter().copied().filter(|c| *c != col::TID && *c != col::REV).collect()
+}
+
+fn found(row: Option<Row>) -> Result<Option<Found>, PagesError> {
+    row.map(|row| Ok(Found { id: render_id(&row)?, row })).transpose()
 }
 
 /// The outbox shard of a page: every row of one page goes to one shard, in order.
