@@ -227,8 +227,7 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 8] =
-        [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
+    pub static TABLES: [&TableDef; 8] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
 }
 
 /// old-store: seed 002, compression blocks and a metadata table.

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use futures_util::TryStreamExt;
 use revstore_api::ArchiveBody;
 use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
@@ -32,7 +33,6 @@ use revstore_schema::tables::current_store::{
     BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, RENDERS, SUPPRESSED, col,
 };
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
-use futures_util::TryStreamExt;
 use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
 
 use crate::pages::{Held, Pages, held};
@@ -107,7 +107,8 @@ impl Sweep for Retention {
                 let held: Vec<Held> = rows.iter().map(|(h, _)| *h).collect();
                 self.pages.behind(&domain, &title, rows[at].0.id, &held, now)
             } else {
-                let delete = |h: &Held| Delete::row(&PAGE_RENDERS, partition.key.clone(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
+                let delete =
+                    |h: &Held| Delete::row(&PAGE_RENDERS, partition.key.clone(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
                 behind.iter().map(|(h, _)| delete(h).timestamp(now).into()).collect()
             };
             store.apply(writes).await?;

@@ -15,7 +15,7 @@
 //! - `janitor`: the sweeps it offers the janitor (retention, archive, audit).
 
 mod error;
-mod janitor;
+pub mod janitor;
 mod outbox;
 mod pages;
 mod render;

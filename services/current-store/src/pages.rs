@@ -153,7 +153,8 @@ impl Pages {
         columns: &[&'static str],
     ) -> Result<Option<Found>, PagesError> {
         let [d, t] = key(domain, title);
-        let row = self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
+        let row =
+            self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
         found(row)
     }
 
