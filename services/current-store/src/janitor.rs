@@ -35,6 +35,7 @@ use revstore_schema::tables::current_store::{
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
 use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
 
+use crate::legacy;
 use crate::pages::{Held, Pages, held};
 use crate::render::decode_part;
 
@@ -83,6 +84,9 @@ impl Sweep for Retention {
     }
 
     async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        if from.pass == 1 {
+            return self.move_from_current(from, budget, dry_run).await;
+        }
         let store = &self.pages.store;
         let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
@@ -113,7 +117,32 @@ impl Sweep for Retention {
             };
             store.apply(writes).await?;
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
+        // The second pass moves the pages still in schema 7's `current`.
+        let next = scanned.next.map_or(SweepPosition::start_of(1), |p| SweepPosition::in_pass(0, Some(p)));
+        Ok(Stepped { report, next: Some(next) })
+    }
+}
+
+impl Retention {
+    /// Moves the pages not written since the upgrade from schema 7 out of
+    /// `current` into `page_renders` (crate::legacy).
+    async fn move_from_current(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        let store = &self.pages.store;
+        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
+        let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
+        for partition in &scanned.partitions {
+            let (domain, title) = stored_page(&partition.key)?;
+            let rows = legacy::current_rows(store, &domain, &title).await?;
+            if rows.is_empty() {
+                continue;
+            }
+            report.rows += rows.len() as u64;
+            report.bytes += rows.iter().map(|f| row_bytes(&CURRENT, &f.row)).sum::<u64>();
+            if !dry_run {
+                store.apply(legacy::move_writes(&domain, &title, &rows, store.now_micros())).await?;
+            }
+        }
+        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(1, Some(p))) })
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod error;
 pub mod janitor;
+mod legacy;
 mod outbox;
 mod pages;
 mod render;

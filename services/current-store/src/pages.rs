@@ -27,6 +27,7 @@ use revstore_schema::tables::current_store::{OUTBOX, PAGE_RENDERS, SUPPRESSED, c
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
+use crate::legacy;
 
 /// Render keys read per page of a listing.
 const GRACE_PAGE: u32 = 1000;
@@ -111,7 +112,10 @@ impl Pages {
     /// The latest render of the latest revision: the page's first row.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).limit(1).columns(content_columns(columns));
-        found(self.store.read(&query).await?.rows.into_iter().next())
+        match found(self.store.read(&query).await?.rows.into_iter().next())? {
+            Some(latest) => Ok(Some(latest)),
+            None => legacy::latest(&self.store, domain, title, columns).await,
+        }
     }
 
     /// The latest render of a revision: the revision's first row.
@@ -126,7 +130,10 @@ impl Pages {
             .slice(Slice::prefix([Value::from(rev.as_i64())]))
             .limit(1)
             .columns(content_columns(columns));
-        found(self.store.read(&query).await?.rows.into_iter().next())
+        match found(self.store.read(&query).await?.rows.into_iter().next())? {
+            Some(render) => Ok(Some(render)),
+            None => legacy::of_rev(&self.store, domain, title, rev, columns).await,
+        }
     }
 
     /// One render, by revision and tid.
@@ -155,7 +162,10 @@ impl Pages {
         let [d, t] = key(domain, title);
         let row =
             self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
-        found(row)
+        match found(row)? {
+            Some(render) => Ok(Some(render)),
+            None => legacy::of_tid(&self.store, domain, title, rev, tid, columns).await,
+        }
     }
 
     /// Stores a render. See the module documentation for what is written where.
@@ -184,6 +194,13 @@ impl Pages {
         if suppressed {
             return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
+        // A page not written since the upgrade from schema 7 moves here with this write.
+        let moving = match head.is_empty() {
+            true => legacy::current_rows(&self.store, domain, title).await?,
+            false => Vec::new(),
+        };
+        let mut head = head;
+        head.extend(moving.iter().map(|f| Held { id: f.id, stored_at: self.store.now_micros() }));
         check_preconditions(pre, head.first().map(|h| h.id))?;
         let head_is_whole = head.len() < HEAD_ROWS as usize;
         let beyond_head = !head_is_whole && head.last().is_some_and(|last| last.id.is_newer_than(&id));
@@ -216,16 +233,19 @@ impl Pages {
         }
         let parts = StoredParts::encode(body);
         let now = self.store.now_micros();
+        let legacy_moves: Vec<Write> = match moving.is_empty() {
+            true => Vec::new(),
+            false => legacy::move_writes(domain, title, &moving, now),
+        };
         let [d, t] = key(domain, title);
-        let mut becoming_visible: Vec<Write> = vec![
-            Upsert::new(&PAGE_RENDERS, [d.clone(), t.clone(), Value::from(id.rev.as_i64()), Value::from(id.tid)])
-                .set(col::STORED_AT, Value::Timestamp(now / 1000))
-                .set(col::HTML, parts.html)
-                .set(col::DATA_PARSOID, parts.data_parsoid)
-                .set(col::SECTION_OFFSETS, parts.section_offsets)
-                .timestamp(id.tid.unix_micros())
-                .into(),
-        ];
+        let mut becoming_visible = legacy_moves;
+        becoming_visible.extend([Upsert::new(&PAGE_RENDERS, [d.clone(), t.clone(), Value::from(id.rev.as_i64()), Value::from(id.tid)])
+            .set(col::STORED_AT, Value::Timestamp(now / 1000))
+            .set(col::HTML, parts.html)
+            .set(col::DATA_PARSOID, parts.data_parsoid)
+            .set(col::SECTION_OFFSETS, parts.section_offsets)
+            .timestamp(id.tid.unix_micros())
+            .into()]);
         // Only a render that sorts above the boundary moves it: one that
         // arrives late, behind it, deletes nothing (and is not deleted here).
         if let Some(boundary) = retention_boundary(&head, now - self.grace.as_micros() as i64)
@@ -291,16 +311,25 @@ impl Pages {
     /// superseded ones still held (their grace period, and until retention
     /// removes them).
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
-        let all = self.all_held(domain, title, Slice::all()).await?;
+        let mut all: Vec<RenderId> = self.all_held(domain, title, Slice::all()).await?.into_iter().map(|h| h.id).collect();
+        if all.is_empty() {
+            all.extend(legacy::current_rows(&self.store, domain, title).await?.into_iter().map(|f| f.id));
+        }
+        for id in legacy::in_grace(&self.store, domain, title, Slice::all()).await? {
+            if !all.contains(&id) {
+                all.push(id);
+            }
+        }
+        all.sort_by(|a, b| b.rev.cmp(&a.rev).then(b.tid.cmp(&a.tid)));
         let mut visible = Vec::with_capacity(all.len());
         let mut suppressed: BTreeMap<RevId, bool> = BTreeMap::new();
-        for h in all {
-            let hidden = match suppressed.get(&h.id.rev) {
+        for id in all {
+            let hidden = match suppressed.get(&id.rev) {
                 Some(hidden) => *hidden,
-                None => *suppressed.entry(h.id.rev).or_insert(self.is_suppressed(domain, title, h.id.rev).await?),
+                None => *suppressed.entry(id.rev).or_insert(self.is_suppressed(domain, title, id.rev).await?),
             };
             if !hidden {
-                visible.push(h.id);
+                visible.push(id);
             }
         }
         Ok(visible
@@ -323,7 +352,9 @@ impl Pages {
             Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
             None => self.store.now_micros(),
         };
-        self.store.apply(vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into()]).await?;
+        let mut writes: Vec<Write> = vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into()];
+        writes.extend(legacy::delete_writes(&self.store, domain, title, None, at + 1).await?);
+        self.store.apply(writes).await?;
         Ok(())
     }
 
@@ -340,6 +371,7 @@ impl Pages {
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
             Delete::range(&PAGE_RENDERS, [d, t], Slice::prefix([r])).timestamp(at).into(),
         ];
+        writes.extend(legacy::delete_writes(&self.store, domain, title, Some(rev), at + 1).await?);
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
             writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());
