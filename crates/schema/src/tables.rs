@@ -512,12 +512,13 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 19] = [
+pub static ALL_TABLES: [&TableDef; 20] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
     &current_store::BY_TID,
     &current_store::RENDERS,
+    &current_store::PAGE_RENDERS,
     &current_store::SUPPRESSED,
     &current_store::OUTBOX,
     &current_store::OUTBOX_DEAD_LETTERS,
