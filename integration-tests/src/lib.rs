@@ -34,6 +34,8 @@ pub enum Engine {
 pub struct Options {
     /// current-store's `--grace-ttl`.
     pub grace_ttl_secs: u64,
+    /// current-store's `--clock-skew`: the services of a test share one clock.
+    pub clock_skew_secs: u64,
     /// Where the services export spans (`OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub otlp_endpoint: Option<String>,
     /// More environment for every service (`REVSTORE_MAX_IN_FLIGHT`, say).
@@ -45,7 +47,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { grace_ttl_secs: 86_400, otlp_endpoint: None, env: Vec::new(), cpus: None }
+        Options { grace_ttl_secs: 86_400, clock_skew_secs: 0, otlp_endpoint: None, env: Vec::new(), cpus: None }
     }
 }
 
@@ -275,6 +277,8 @@ impl System {
             token_file.display().to_string(),
             "--grace-ttl".into(),
             options.grace_ttl_secs.to_string(),
+            "--clock-skew".into(),
+            options.clock_skew_secs.to_string(),
         ];
         let mut current = service("current-store", current_extra);
         old.start().await;

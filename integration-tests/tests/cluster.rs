@@ -560,7 +560,9 @@ async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a
         Ok("datacenter1:3"),
         "run on the three-node cluster with replication 3 (see scripts/test)"
     );
-    let system = System::start(Engine::Cassandra, Options { grace_ttl_secs: SKEW_GRACE_SECS, ..Options::default() }).await;
+    // Retention allows for the instances' spread (`--clock-skew`).
+    let options = Options { grace_ttl_secs: SKEW_GRACE_SECS, clock_skew_secs: 2 * SKEW_SECS as u64, ..Options::default() };
+    let system = System::start(Engine::Cassandra, options).await;
     // Three current-store instances on one keyspace: the true time, one clock
     // SKEW_SECS behind, one ahead. Each client renders with its instance's
     // clock, as a renderer beside it would. The driver spreads each
@@ -637,7 +639,7 @@ async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a
         pages.push(task.await.expect("a writer"));
     }
 
-    // The storage as it is: each by_tid row's remaining TTL, read directly.
+    // The storage as it is: when each render was stored, by its writer's clock, read directly.
     let contact_points = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
     let keyspace = system.current.keyspace.clone().expect("current-store's keyspace");
     let engine = revstore_storage::CassandraEngine::connect(revstore_storage::CassandraOptions::new(
@@ -646,11 +648,11 @@ async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a
     ))
     .await
     .expect("a session");
-    use revstore_schema::tables::current_store::{BY_TID, col};
-    let ttl_query = format!(
-        "SELECT TTL({}) FROM {keyspace}.{} WHERE {} = ? AND {} = ? AND {} = ? AND {} = ?",
-        col::HTML,
-        BY_TID.name,
+    use revstore_schema::tables::current_store::{PAGE_RENDERS, col};
+    let stored_at_query = format!(
+        "SELECT {} FROM {keyspace}.{} WHERE {} = ? AND {} = ? AND {} = ? AND {} = ?",
+        col::STORED_AT,
+        PAGE_RENDERS.name,
         col::DOMAIN,
         col::TITLE,
         col::REV,
@@ -681,34 +683,42 @@ async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a
         }
         // The grace period of a superseded render counts from its supersession,
         // whichever writer's clock was ahead: the render that became latest
-        // replaced the previous latest during its own request.
+        // replaced the previous latest during its own request, and retention
+        // removes the superseded one only once the grace period and the
+        // allowance have passed since its successor's storing time, on the
+        // remover's clock — which can be SKEW_SECS ahead of the true time.
         let mut latest: Option<&SkewWrite> = None;
-        let mut grace_from: Vec<(&SkewWrite, SystemTime)> = Vec::new();
+        let mut grace_from: Vec<(&SkewWrite, &SkewWrite)> = Vec::new();
         for w in writes {
             if latest.is_none_or(|l| (w.rev, w.tid) > (l.rev, l.tid)) {
                 if let Some(l) = latest {
-                    grace_from.push((l, w.sent));
+                    grace_from.push((l, w));
                     checked.1 += usize::from(w.offset < l.offset);
                 }
                 latest = Some(w);
             }
         }
-        for (superseded, from) in grace_from {
-            let values = (DOMAIN.to_owned(), title.clone(), superseded.rev as i64, scylla::value::CqlTimeuuid::from(superseded.tid.uuid()));
-            let rows =
-                engine.session().query_unpaged(ttl_query.as_str(), values).await.expect("TTL query").into_rows_result().expect("rows");
-            let (ttl,): (Option<i32>,) = rows.single_row().expect("one by_tid row");
-            let ttl = i64::from(ttl.expect("a TTL"));
-            let expires = SystemTime::now() + Duration::from_secs(ttl as u64);
-            let due = from + Duration::from_secs(SKEW_GRACE_SECS);
-            // TTLs count in whole seconds, on each side: 2 s of slack.
+        for (superseded, successor) in grace_from {
+            let values = (DOMAIN.to_owned(), title.clone(), successor.rev as i64, scylla::value::CqlTimeuuid::from(successor.tid.uuid()));
+            let rows = engine
+                .session()
+                .query_unpaged(stored_at_query.as_str(), values)
+                .await
+                .expect("stored_at query")
+                .into_rows_result()
+                .expect("rows");
+            let (stored_at,): (Option<scylla::value::CqlTimestamp>,) = rows.single_row().expect("one page_renders row");
+            let stored_at = SystemTime::UNIX_EPOCH + Duration::from_millis(stored_at.expect("a storing time").0 as u64);
+            let allowance = Duration::from_secs(2 * SKEW_SECS as u64);
+            let removable = stored_at + Duration::from_secs(SKEW_GRACE_SECS) + allowance - Duration::from_secs(SKEW_SECS as u64);
+            let due = successor.sent + Duration::from_secs(SKEW_GRACE_SECS);
             assert!(
-                expires + Duration::from_secs(2) >= due,
-                "{title}/{}/{} (by the writer at {:+} s) expires {:?} before the end of its grace period",
+                removable >= due,
+                "{title}/{}/{} (by the writer at {:+} s) is removable {:?} before the end of its grace period",
                 superseded.rev,
                 superseded.tid,
                 superseded.offset,
-                due.duration_since(expires).unwrap_or_default()
+                due.duration_since(removable).unwrap_or_default()
             );
             checked.0 += 1;
         }

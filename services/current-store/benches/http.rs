@@ -451,7 +451,13 @@ async fn main() {
             let store = revstore_storage::open(StorageSettings::Cassandra(CassandraOptions::new([node.clone()], keyspace.clone())))
                 .await
                 .expect("open the store in-process");
-            let pages = Arc::new(Pages { store, grace: Duration::from_secs(86_400), hand_off: true, notify_graph: false });
+            let pages = Arc::new(Pages {
+                store,
+                grace: Duration::from_secs(86_400),
+                clock_skew: Duration::ZERO,
+                hand_off: true,
+                notify_graph: false,
+            });
             let loads = titles.iter().enumerate().map(|(i, t)| {
                 let (pages, html) = (pages.clone(), &html);
                 async move { in_process_put(&pages, t, 1, &body(&html[i % html.len()], 0)).await.expect("load in-process") }
@@ -762,7 +768,13 @@ async fn main() {
         _ => StorageSettings::Cassandra(CassandraOptions::new([node.clone()], keyspace.clone())),
     };
     let store = revstore_storage::open(settings).await.expect("open store");
-    let pages = Pages { store: store.clone(), grace: Duration::from_secs(86_400), hand_off: false, notify_graph: false };
+    let pages = Pages {
+        store: store.clone(),
+        grace: Duration::from_secs(86_400),
+        clock_skew: Duration::ZERO,
+        hand_off: false,
+        notify_graph: false,
+    };
     // Precedence after the write load: each page's latest is the highest revision written to it.
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     let max_rev = next_rev.load(Ordering::SeqCst);

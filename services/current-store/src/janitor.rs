@@ -54,7 +54,7 @@ const ARCHIVE_LIST_PAGE: u32 = 1000;
 pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn Sweep>> {
     let store = pages.store.clone();
     let audited = vec![
-        AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { grace: pages.grace })) },
+        AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })) },
         AuditedTable::live(&CURRENT),
         AuditedTable::live(&BY_REV),
         AuditedTable::live(&BY_TID),
@@ -90,7 +90,7 @@ impl Sweep for Retention {
         let store = &self.pages.store;
         let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        let cutoff = store.now_micros() - self.pages.grace.as_micros() as i64;
+        let cutoff = self.pages.retention_cutoff(store.now_micros());
         for partition in &scanned.partitions {
             let (domain, title) = stored_page(&partition.key)?;
             let rows = page_rows(store, &partition.key).await?;
@@ -153,17 +153,17 @@ async fn page_rows(store: &Store, key: &[Value]) -> Result<Vec<(Held, u64)>, Swe
 }
 
 /// A page is entitled to its latest render and to every render superseded
-/// less than the grace period ago: the renders down to the newest one stored
-/// before the grace period began (the rows retention keeps).
+/// less than the grace period ago (with the clock-skew allowance): the
+/// renders down to the newest one stored before that (the rows retention keeps).
 #[derive(Debug)]
 struct OwedRenders {
-    grace: Duration,
+    pages: Pages,
 }
 
 #[async_trait]
 impl Entitlement for OwedRenders {
     async fn ideal(&self, store: &Store, partitions: &[ScannedPartition]) -> Result<(u64, u64), SweepError> {
-        let cutoff = store.now_micros() - self.grace.as_micros() as i64;
+        let cutoff = self.pages.retention_cutoff(store.now_micros());
         let (mut rows, mut bytes) = (0, 0);
         for partition in partitions {
             let held = page_rows(store, &partition.key).await?;

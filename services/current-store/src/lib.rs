@@ -43,6 +43,8 @@ pub const DEFAULT_PORT: u16 = 8081;
 pub struct Settings {
     /// How long a superseded render stays retrievable by revision and by tid.
     pub grace_ttl: Duration,
+    /// The largest clock difference between instances that retention allows for.
+    pub clock_skew: Duration,
     /// old-store's base URL: revisions not held here are read from it, and
     /// the first render of each revision is handed to it.
     pub old_store_url: Option<String>,
@@ -62,6 +64,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             grace_ttl: Duration::from_secs(DEFAULT_GRACE_TTL_SECS),
+            clock_skew: revstore_keys::time::MAX_CLOCK_SKEW,
             old_store_url: None,
             graph_url: None,
             notify_graph: false,
@@ -80,6 +83,12 @@ pub struct Args {
     /// Seconds a superseded render stays retrievable by revision and by tid.
     #[arg(long, env = "REVSTORE_GRACE_TTL", default_value_t = DEFAULT_GRACE_TTL_SECS)]
     pub grace_ttl: u64,
+
+    /// Seconds of clock difference between current-store's instances that
+    /// retention allows for: a superseded render is removed once the grace
+    /// period has passed on every clock within this of the remover's.
+    #[arg(long, env = "REVSTORE_CLOCK_SKEW", default_value_t = revstore_keys::time::MAX_CLOCK_SKEW.as_secs())]
+    pub clock_skew: u64,
 
     /// old-store's base URL: revisions not held here are read from it, and the
     /// first render of each revision is handed to it.
@@ -112,6 +121,7 @@ impl ServiceArgs for Args {
         }
         Ok(Settings {
             grace_ttl: Duration::from_secs(self.grace_ttl.max(1)),
+            clock_skew: Duration::from_secs(self.clock_skew),
             old_store_url: self.old_store_url.clone(),
             graph_url: self.graph_url.clone(),
             notify_graph: self.notify_graph,
@@ -153,6 +163,7 @@ impl ServiceDefinition for CurrentStore {
         let pages = pages::Pages {
             store: store.clone(),
             grace: args.grace_ttl.max(Duration::from_secs(1)),
+            clock_skew: args.clock_skew,
             hand_off: true,
             notify_graph: args.notify_graph,
         };

@@ -80,6 +80,11 @@ pub struct Pages {
     pub store: Store,
     /// How long a superseded render stays retrievable.
     pub grace: Duration,
+    /// The largest difference between the clocks of the instances that write
+    /// (`REVSTORE_CLOCK_SKEW`): a render is removed only once it has been
+    /// superseded for the grace period on every clock within it, since the
+    /// instance that removes it is not the one that stored its successor.
+    pub clock_skew: Duration,
     /// Queue the first render of each revision for old-store.
     pub hand_off: bool,
     /// Queue a change notice for the dependency graph on each new revision.
@@ -248,13 +253,19 @@ impl Pages {
             .into()]);
         // Only a render that sorts above the boundary moves it: one that
         // arrives late, behind it, deletes nothing (and is not deleted here).
-        if let Some(boundary) = retention_boundary(&head, now - self.grace.as_micros() as i64)
+        if let Some(boundary) = retention_boundary(&head, self.retention_cutoff(now))
             && id.is_newer_than(&boundary)
         {
             becoming_visible.extend(self.behind(domain, title, boundary, &head, now));
         }
         self.store.apply_in_stages(vec![durable_first, becoming_visible]).await?;
         Ok(PutOutcome::Created)
+    }
+
+    /// Renders stored at or before this time (microseconds) superseded
+    /// whatever sorts behind them long enough ago to remove it.
+    pub(crate) fn retention_cutoff(&self, now_micros: i64) -> i64 {
+        now_micros - (self.grace + self.clock_skew).as_micros() as i64
     }
 
     /// The keys of a page's newest renders, with when each was stored.

@@ -110,7 +110,7 @@ async fn replay(pages: &Pages, title: &Title) {
 }
 
 fn pages_over(store: Store) -> Pages {
-    Pages { store, grace: Duration::from_secs(86_400), hand_off: true, notify_graph: false }
+    Pages { store, grace: Duration::from_secs(86_400), clock_skew: Duration::ZERO, hand_off: true, notify_graph: false }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +143,8 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
     let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
     let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let pages = Pages { store: store.clone(), grace: Duration::from_secs(3600), hand_off: false, notify_graph: false };
+    let pages =
+        Pages { store: store.clone(), grace: Duration::from_secs(3600), clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
     let html = common::anarchism_html();
@@ -204,7 +205,7 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     let keyspace = TestKeyspace::new("grace");
     let store = Store::new(Arc::new(keyspace.connect().await));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let pages = Pages { store, grace: Duration::from_secs(4), hand_off: false, notify_graph: false };
+    let pages = Pages { store, grace: Duration::from_secs(4), clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
     let html = common::anarchism_html();

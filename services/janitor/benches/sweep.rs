@@ -100,7 +100,13 @@ async fn main() {
     println!("# janitor, {engine} engine, {titles} titles (two revisions each), grace {GRACE_SECS} s\n");
 
     // 1. The titles, below the API, 16 writes at a time.
-    let pages = Pages { store: store.clone(), grace: Duration::from_secs(GRACE_SECS), hand_off: false, notify_graph: false };
+    let pages = Pages {
+        store: store.clone(),
+        grace: Duration::from_secs(GRACE_SECS),
+        clock_skew: Duration::ZERO,
+        hand_off: false,
+        notify_graph: false,
+    };
     let domain = Domain::parse(DOMAIN).unwrap();
     let started = Instant::now();
     let now = SystemTime::now();
@@ -135,12 +141,12 @@ async fn main() {
     // 2. current-store on that storage.
     let grace = GRACE_SECS.to_string();
     let service = match &cassandra {
-        None => revstore_test_service::start_in::<CurrentStore>(dir.path(), TOKEN, &["--grace-ttl", &grace]).await,
+        None => revstore_test_service::start_in::<CurrentStore>(dir.path(), TOKEN, &["--grace-ttl", &grace, "--clock-skew", "0"]).await,
         Some(node) => {
             revstore_test_service::start_in::<CurrentStore>(
                 dir.path(),
                 TOKEN,
-                &["--cassandra", node, "--keyspace", &keyspace, "--grace-ttl", &grace],
+                &["--cassandra", node, "--keyspace", &keyspace, "--grace-ttl", &grace, "--clock-skew", "0"],
             )
             .await
         }

@@ -85,7 +85,18 @@ async fn system(engine: Engine) -> System {
     let current = start_with_store::<CurrentStore>(
         stores[0].clone(),
         TOKEN,
-        &["--grace-ttl", &grace, "--old-store-url", &old_url, "--graph-url", &graph_url, "--peer-token-file", &token_path],
+        &[
+            "--grace-ttl",
+            &grace,
+            "--clock-skew",
+            "0",
+            "--old-store-url",
+            &old_url,
+            "--graph-url",
+            &graph_url,
+            "--peer-token-file",
+            &token_path,
+        ],
     )
     .await;
     System {
@@ -352,6 +363,7 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
     let pages = revstore_current_store::Pages {
         store: s.current_store.clone(),
         grace: Duration::from_secs(GRACE_SECS),
+        clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
     };

@@ -29,7 +29,16 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let current = revstore_test_service::start_on::<CurrentStore>(
         Engine::Embedded,
         CURRENT_TOKEN,
-        &["--old-store-url", &old.url(""), "--peer-token-file", peer_token.path().to_str().expect("utf-8"), "--grace-ttl", "1"],
+        &[
+            "--old-store-url",
+            &old.url(""),
+            "--peer-token-file",
+            peer_token.path().to_str().expect("utf-8"),
+            "--grace-ttl",
+            "1",
+            "--clock-skew",
+            "0",
+        ],
     )
     .await;
     let http = reqwest::Client::new();
@@ -59,9 +68,13 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
         assert_eq!(archived.text().await.expect("body"), html[i]);
     }
 
-    // Past the grace period current-store no longer holds the old revisions:
-    // it serves them from old-store.
+    // Past the grace period, the page's next write (a re-render of its latest
+    // revision) removes the old revisions from current-store: it serves them
+    // from old-store.
     tokio::time::sleep(Duration::from_millis(2100)).await;
+    let body = json!({ "html": html[3], "data-parsoid": { "n": 3 }, "section-offsets": {} });
+    let rerender = http.put(current.url(&format!("/en.wikipedia.org/v1/page/Anarchism/21111/{}", Tid::now())));
+    assert_eq!(rerender.bearer_auth(CURRENT_TOKEN).json(&body).send().await.expect("send").status(), 201);
     let old_rev = http.get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/18201")).send().await.expect("send");
     assert_eq!(old_rev.status(), 200);
     assert!(old_rev.headers().get("etag").and_then(|v| v.to_str().ok()).is_some_and(|e| e.starts_with("\"18201/")));
