@@ -22,17 +22,18 @@
 //!    on Cassandra with the node's and the service's CPU per write, and then
 //!    the baseline: the same rates, each write one plain INSERT of the page's
 //!    HTML through the same driver into the same node (its CPU per write too);
-//!    between the two, seed 000's Option 2 (one table of renders, no copies,
-//!    retention by range deletes: `one_table.rs`) at the same rate, written by
-//!    this process, its grace period `--one-table-grace-secs` (default 5, so
-//!    that most writes of a page find something to delete, as in a wiki's
-//!    steady state).
+//!    between the two, the service's own write path called in this process
+//!    (`Pages::put`, no HTTP), and the bench's prototype of seed 000's Option 2
+//!    (`one_table.rs`, the evaluation that chose it) at the same rate. The
+//!    service and the prototype keep superseded renders `--grace-secs`
+//!    (default 5, with no clock-skew allowance: most writes of a page then
+//!    find something to delete, as in a wiki's steady state).
 //! 7. on Cassandra, `--churn-pages N` (with `--churn-renders R`, default 60, at
 //!    `--churn-rate`, default 200/s): N pages each rendered R times, a new
-//!    revision every third render, through the service and through Option 2;
+//!    revision every third render, through the service and the prototype;
 //!    then (after `nodetool flush` when `--nodetool CMD` is given) every
 //!    page's reads traced — the latest, a superseded render by revision and by
-//!    tid, Option 2's write-path head — with the live rows and tombstones each
+//!    tid, a write's read of the page's keys — with the live rows and tombstones each
 //!    met, and each table's size on disk.
 //!
 //! 6. overload (`--overload`, `--overload-writes`): reads or writes offered
@@ -315,6 +316,7 @@ async fn main() {
     let keyspace = format!("bench_current_{}", std::process::id());
     let node = std::env::var("REVSTORE_CASSANDRA").unwrap_or_else(|_| "127.0.0.1:9042".into());
     let port = free_port();
+    let grace = Duration::from_secs(arg("--grace-secs").map_or(5, |s| s.parse().expect("--grace-secs")));
     let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-current-store").to_owned());
     println!("binary: {binary}");
     let mut cmd = Command::new(&binary);
@@ -327,6 +329,10 @@ async fn main() {
         "0",
         "--migrate-on-start",
         "true",
+        "--grace-ttl",
+        &grace.as_secs().to_string(),
+        "--clock-skew",
+        "0",
     ])
     // `--service-log info` (with `--access-log-every N`) measures what logging
     // costs: the service's log goes to a file, as in a pod.
@@ -427,7 +433,7 @@ async fn main() {
         _ => None,
     };
     // Option 2 beside them, its pages loaded as the service's were.
-    let one_table_grace = Duration::from_secs(arg("--one-table-grace-secs").map_or(5, |s| s.parse().expect("--one-table-grace-secs")));
+    let one_table_grace = grace;
     let one_table = match &baseline {
         Some((session, _)) => {
             let option2 = Arc::new(OneTable::create(session.clone(), &keyspace, one_table_grace).await.expect("Option 2's tables"));
@@ -451,13 +457,7 @@ async fn main() {
             let store = revstore_storage::open(StorageSettings::Cassandra(CassandraOptions::new([node.clone()], keyspace.clone())))
                 .await
                 .expect("open the store in-process");
-            let pages = Arc::new(Pages {
-                store,
-                grace: Duration::from_secs(86_400),
-                clock_skew: Duration::ZERO,
-                hand_off: true,
-                notify_graph: false,
-            });
+            let pages = Arc::new(Pages { store, grace, clock_skew: Duration::ZERO, hand_off: true, notify_graph: false });
             let loads = titles.iter().enumerate().map(|(i, t)| {
                 let (pages, html) = (pages.clone(), &html);
                 async move { in_process_put(&pages, t, 1, &body(&html[i % html.len()], 0)).await.expect("load in-process") }
@@ -510,7 +510,7 @@ async fn main() {
             .await;
             let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
             let extra = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
-            rows.push(write_row(&engine, &format!("copy-on-update in-process (Pages::put), fixed {rate}/s"), &run, &extra));
+            rows.push(write_row(&engine, &format!("the service's write path in-process (Pages::put), fixed {rate}/s"), &run, &extra));
         }
         if let Some(option2) = &one_table {
             let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
@@ -595,7 +595,7 @@ async fn main() {
             }
         })
         .await;
-        rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, copy-on-update"), &run, ""));
+        rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, the service"), &run, ""));
         let run = open_loop(churn_rate, writes.div_ceil(churn_rate), {
             let (option2, titles, html) = (option2.clone(), churn_titles.clone(), Arc::new(html.clone()));
             move |i| {
@@ -879,34 +879,35 @@ where
     (ops, all)
 }
 
-/// Every churned page's reads, traced, in both designs: the latest render, the
-/// newest superseded render by revision and by tid, and each design's reads
-/// before a write (copy-on-update: the latest with its content; Option 2: the
-/// head's keys). A row per design and read: mean live rows, mean and max tombstones.
+/// Every churned page's reads, traced, in the service's table (schema 8's
+/// `page_renders`) and in the bench's Option 2 prototype: the latest render,
+/// the newest superseded render by revision and by tid, and the read before a
+/// write (the head's keys: 64 in the service, 32 in the prototype). A row per
+/// design and read: mean live rows, mean and max tombstones.
 async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str, option2: &OneTable, titles: &[String]) -> Vec<String> {
     use one_table::{ReadCost, traced_read};
     let prepare = |cql: String| async move { session.prepare(cql).await.expect("prepare a traced read") };
-    let latest = prepare(format!("SELECT tid, html FROM \"{keyspace}\".current WHERE domain = ? AND title = ? LIMIT 1")).await;
-    let head = prepare(format!("SELECT rev, tid FROM \"{keyspace}\".renders WHERE domain = ? AND title = ? LIMIT 2")).await;
-    let in_current = prepare(format!("SELECT tid, html FROM \"{keyspace}\".current WHERE domain = ? AND title = ? AND rev = ?")).await;
-    let in_grace = prepare(format!("SELECT tid FROM \"{keyspace}\".renders WHERE domain = ? AND title = ? AND rev = ? LIMIT 1")).await;
-    let by_tid = prepare(format!("SELECT html FROM \"{keyspace}\".by_tid WHERE domain = ? AND title = ? AND rev = ? AND tid = ?")).await;
+    let table = format!("\"{keyspace}\".page_renders");
+    let latest = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? LIMIT 1")).await;
+    let keys_of = prepare(format!("SELECT rev, tid FROM {table} WHERE domain = ? AND title = ? LIMIT 2")).await;
+    let head = prepare(format!("SELECT rev, tid, stored_at FROM {table} WHERE domain = ? AND title = ? LIMIT 64")).await;
+    let of_rev = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? AND rev = ? LIMIT 1")).await;
+    let by_tid = prepare(format!("SELECT html FROM {table} WHERE domain = ? AND title = ? AND rev = ? AND tid = ?")).await;
     let kinds = ["latest", "superseded, by revision", "superseded, by tid", "before a write"];
-    let (mut copy, mut option) = (vec![Vec::<ReadCost>::new(); 4], vec![Vec::<ReadCost>::new(); 4]);
+    let (mut service, mut option) = (vec![Vec::<ReadCost>::new(); 4], vec![Vec::<ReadCost>::new(); 4]);
     let domain = "en.wikipedia.org";
     for title in titles {
-        let keys = session.execute_unpaged(&head, (domain, title)).await.expect("renders").into_rows_result().expect("rows");
+        let keys = session.execute_unpaged(&keys_of, (domain, title)).await.expect("renders").into_rows_result().expect("rows");
         let keys: Vec<(i64, scylla::value::CqlTimeuuid)> = keys.rows().expect("typed").flatten().collect();
         if let Some(&(rev, tid)) = keys.get(1) {
-            let l = traced_read(session, &latest, (domain, title)).await.expect("trace");
-            let (c, g) = (
-                traced_read(session, &in_current, (domain, title, rev)).await.expect("trace"),
-                traced_read(session, &in_grace, (domain, title, rev)).await.expect("trace"),
-            );
-            let t = traced_read(session, &by_tid, (domain, title, rev, tid)).await.expect("trace");
-            let by_rev = ReadCost { live_rows: c.live_rows + g.live_rows, tombstones: c.tombstones + g.tombstones };
-            for (k, cost) in [l, by_rev, t, l].into_iter().enumerate() {
-                copy[k].push(cost);
+            let costs = [
+                traced_read(session, &latest, (domain, title)).await.expect("trace"),
+                traced_read(session, &of_rev, (domain, title, rev)).await.expect("trace"),
+                traced_read(session, &by_tid, (domain, title, rev, tid)).await.expect("trace"),
+                traced_read(session, &head, (domain, title)).await.expect("trace"),
+            ];
+            for (k, cost) in costs.into_iter().enumerate() {
+                service[k].push(cost);
             }
         }
         let keys = option2.head(title).await.expect("Option 2's head");
@@ -917,7 +918,7 @@ async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str,
         }
     }
     let mut rows = Vec::new();
-    for (design, costs) in [("copy-on-update", &copy), ("Option 2", &option)] {
+    for (design, costs) in [("service (page_renders)", &service), ("Option 2 prototype", &option)] {
         for (kind, costs) in kinds.iter().zip(costs.iter()) {
             let n = costs.len().max(1) as f64;
             rows.push(format!(

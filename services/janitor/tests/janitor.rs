@@ -644,12 +644,14 @@ async fn the_overstore_on_disk_is_measured_and_compaction_brings_it_to_the_ideal
     let (code, before_json, stderr) = s.janitor(&["audit"]).await;
     assert_eq!(code, 0, "{stderr}\n{before_json}");
     let before = OnDisk::of(&before_json);
-    // The renders superseded past the grace period, which no later write of
-    // their page removed: held (a reader could still fetch them), two of
-    // every three, and megabytes on disk.
+    // The renders superseded past the grace period that no later write of
+    // their page removed — the second round's (the third round's writes
+    // removed the first's when it was past the grace period): held (a reader
+    // could still fetch them), about as many bytes as the latest, and
+    // megabytes on disk, with what the writes deleted.
     let page_renders = &before_json["tasks"]["audit"]["tables"]["current-store/page_renders"];
     let (held, ideal) = (page_renders["bytes_held"].as_u64().expect("held"), page_renders["bytes_ideal"].as_u64().expect("ideal"));
-    assert!(held > 2 * ideal, "{before_json}");
+    assert!(held as f64 > 1.5 * ideal as f64, "{before_json}");
     let mib = 1 << 20;
     assert!(page_renders["bytes_on_disk"].as_u64().expect("page_renders on disk") > 20 * mib, "{before_json}");
 

@@ -1,5 +1,6 @@
 //! Seed 000's Option 2, built just far enough to be measured beside the
-//! copy-on-update design that current-store runs (issue #29): every render of
+//! copy-on-update design current-store ran until schema 8 (issue #29; the
+//! service now runs a full version of it, `src/pages.rs`): every render of
 //! a page is one row of one table, clustered by revision then render time,
 //! newest first; nothing is copied when a render is superseded, and what has
 //! been superseded for longer than the grace period is range-deleted by the
