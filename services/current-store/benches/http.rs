@@ -480,13 +480,7 @@ async fn main() {
                     let p = (i as usize * 7919) % titles.len();
                     let rev =
                         if i % 2 == 0 { page_revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { page_revs[p].load(Ordering::SeqCst) };
-                    let r = http
-                        .put(format!("{base}/en.wikipedia.org/v1/page/{}/{rev}/{}", titles[p], Tid::now()))
-                        .bearer_auth(TOKEN)
-                        .json(&body(&html[i as usize % html.len()], rev))
-                        .send()
-                        .await;
-                    r.is_ok_and(|r| r.status() == 201)
+                    put_render(&http, &base, &titles[p], rev, &body(&html[i as usize % html.len()], rev)).await
                 }
             }
         })
@@ -584,13 +578,7 @@ async fn main() {
                         return true;
                     }
                     let (p, rev) = page_and_rev(i);
-                    let r = http
-                        .put(format!("{base}/en.wikipedia.org/v1/page/{}/{rev}/{}", titles[p], Tid::now()))
-                        .bearer_auth(TOKEN)
-                        .json(&body(&html[i as usize % html.len()], rev))
-                        .send()
-                        .await;
-                    r.is_ok_and(|r| r.status() == 201)
+                    put_render(&http, &base, &titles[p], rev, &body(&html[i as usize % html.len()], rev)).await
                 }
             }
         })
@@ -624,7 +612,7 @@ async fn main() {
             churn_rows.push(format!("| on disk | {} | {} MiB (all pages of the bench) | | |", table.0, table.1));
         }
         if let Some(nodetool) = arg("--nodetool") {
-            for table in ["current", "one_table_renders"] {
+            for table in ["page_renders", "one_table_renders"] {
                 let out =
                     Command::new("sh").arg("-c").arg(format!("{nodetool} tablehistograms {keyspace} {table}")).output().expect("nodetool");
                 println!("tablehistograms {table}:\n{}", String::from_utf8_lossy(&out.stdout));
@@ -943,4 +931,10 @@ async fn in_process_put(pages: &Pages, title: &str, rev: u64, body: &RenderBody)
     let id = revstore_current_store::RenderId { rev: revstore_keys::RevId::new(rev)?, tid: Tid::now() };
     pages.put(&domain, &title, id, &received, &revstore_current_store::Preconditions::default()).await?;
     Ok(())
+}
+
+/// A render written through the service's API: whether it was stored (201).
+async fn put_render(http: &reqwest::Client, base: &str, title: &str, rev: u64, body: &RenderBody) -> bool {
+    let sent = http.put(format!("{base}/en.wikipedia.org/v1/page/{title}/{rev}/{}", Tid::now())).bearer_auth(TOKEN).json(body).send().await;
+    sent.is_ok_and(|r| r.status() == 201)
 }

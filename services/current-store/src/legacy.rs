@@ -13,11 +13,7 @@ use revstore_schema::tables::current_store::{BY_REV, BY_TID, CURRENT, PAGE_RENDE
 use revstore_storage::{Delete, ReadQuery, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
-use crate::pages::{Found, render_id};
-
-fn key(domain: &Domain, title: &Title) -> [Value; 2] {
-    [Value::from(domain.as_str()), Value::from(title.as_str())]
-}
+use crate::pages::{Found, found, key, render_id};
 
 /// The page's latest render in `current`, if it has not moved yet.
 pub(crate) async fn latest(store: &Store, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
@@ -146,8 +142,4 @@ fn cells(columns: &[&'static str]) -> Vec<&'static str> {
 /// The content columns of a `by_tid` read (its tid is part of the key).
 fn content(columns: &[&'static str]) -> Vec<&'static str> {
     columns.iter().copied().filter(|c| *c != col::TID && *c != col::REV).collect()
-}
-
-fn found(row: Option<revstore_storage::Row>) -> Result<Option<Found>, PagesError> {
-    row.map(|row| Ok(Found { id: render_id(&row)?, row })).transpose()
 }

@@ -91,7 +91,7 @@ pub struct Pages {
     pub notify_graph: bool,
 }
 
-fn key(domain: &Domain, title: &Title) -> [Value; 2] {
+pub(crate) fn key(domain: &Domain, title: &Title) -> [Value; 2] {
     [Value::from(domain.as_str()), Value::from(title.as_str())]
 }
 
@@ -423,7 +423,7 @@ fn content_columns(columns: &[&'static str]) -> Vec<&'static str> {
     columns.iter().copied().filter(|c| *c != col::TID && *c != col::REV).collect()
 }
 
-fn found(row: Option<Row>) -> Result<Option<Found>, PagesError> {
+pub(crate) fn found(row: Option<Row>) -> Result<Option<Found>, PagesError> {
     row.map(|row| Ok(Found { id: render_id(&row)?, row })).transpose()
 }
 
