@@ -263,8 +263,12 @@ async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
     else {
         return Err(Failure::unreadable("malformed outbox row: kind, domain, title or rev missing".to_owned()));
     };
-    // Payloads are stored as envelopes (compressed); receivers get the JSON.
+    // Payloads are stored encoded (hand-offs as the render's stored parts,
+    // notices as envelopes); receivers get the JSON.
     let payload = match row.blob(col::PAYLOAD) {
+        Some(stored) if !stored.is_empty() && kind == "archive" => {
+            crate::render::archive_json(stored).map_err(|e| Failure::unreadable(format!("unreadable outbox payload: {e}")))?
+        }
         Some(stored) if !stored.is_empty() => revstore_codecs::Envelope::default()
             .decode(stored)
             .map_err(|e| Failure::unreadable(format!("unreadable outbox payload: {e}")))?

@@ -221,9 +221,10 @@ impl Pages {
         };
         let becomes_latest = head.first().is_none_or(|latest| id.is_newer_than(&latest.id));
 
+        let parts = StoredParts::encode(body);
         let mut durable_first: Vec<Write> = Vec::new();
         if first_of_revision && self.hand_off {
-            durable_first.push(self.outbox("archive", domain, title, id, archive_payload(body)).into());
+            durable_first.push(self.outbox("archive", domain, title, id, parts.handoff_payload()).into());
         }
         if first_of_revision && becomes_latest && self.notify_graph {
             let notice = revstore_api::ChangeNotice {
@@ -236,7 +237,6 @@ impl Pages {
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
-        let parts = StoredParts::encode(body);
         let now = self.store.now_micros();
         let legacy_moves: Vec<Write> = match moving.is_empty() {
             true => Vec::new(),
@@ -430,14 +430,6 @@ pub(crate) fn found(row: Option<Row>) -> Result<Option<Found>, PagesError> {
 /// The outbox shard of a page: every row of one page goes to one shard, in order.
 pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
     murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(OUTBOX_SHARDS)
-}
-
-/// The body old-store's archive write takes, compressed: stored uncompressed,
-/// it cost Cassandra more than its compression costs here
-/// (docs/design/current-store-writes.md).
-fn archive_payload(body: &RenderBody) -> Vec<u8> {
-    let json = serde_json::to_vec(body).unwrap_or_default();
-    revstore_codecs::Envelope::default().encode(&json, revstore_codecs::Compression::Zstd { level: 3 })
 }
 
 fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), PagesError> {

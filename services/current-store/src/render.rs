@@ -55,6 +55,55 @@ impl StoredParts {
     }
 }
 
+/// The first bytes of a hand-off queued as stored parts. Hand-offs queued by
+/// earlier builds are the JSON body in an envelope, whose first byte is the
+/// envelope's version (1), so the two never meet.
+const PARTS_HANDOFF: &[u8; 4] = b"RSP1";
+
+impl StoredParts {
+    /// The hand-off of a revision's first render to old-store, as the outbox
+    /// queues it: the parts as stored (already compressed), each after its
+    /// length, so that a write compresses its content once; the delivery
+    /// worker rebuilds the JSON body old-store takes ([`archive_json`]).
+    pub fn handoff_payload(&self) -> Vec<u8> {
+        let parts = [&self.html, &self.data_parsoid, &self.section_offsets];
+        let mut out = Vec::with_capacity(PARTS_HANDOFF.len() + parts.iter().map(|p| 4 + p.len()).sum::<usize>());
+        out.extend_from_slice(PARTS_HANDOFF);
+        for part in parts {
+            out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+        out
+    }
+}
+
+/// The JSON body of old-store's archive write from a queued hand-off: stored
+/// parts ([`StoredParts::handoff_payload`]) or, queued before, the JSON body
+/// in an envelope.
+pub fn archive_json(payload: &[u8]) -> Result<Vec<u8>, PagesError> {
+    let Some(mut rest) = payload.strip_prefix(PARTS_HANDOFF.as_slice()) else {
+        return decode_part(payload, "hand-off");
+    };
+    let mut next = |what: &str| -> Result<Vec<u8>, PagesError> {
+        let truncated = || PagesError::Corrupt(format!("hand-off truncated in its {what}"));
+        let (len, after) = rest.split_first_chunk::<4>().ok_or_else(truncated)?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let (part, after) = after.split_at_checked(len).ok_or_else(truncated)?;
+        rest = after;
+        decode_part(part, what)
+    };
+    let (html, data_parsoid, section_offsets) = (next("html")?, next("data-parsoid")?, next("section offsets")?);
+    let json = |bytes: &[u8], what: &str| {
+        serde_json::from_slice(bytes).map_err(|e| PagesError::Corrupt(format!("hand-off {what} is not JSON: {e}")))
+    };
+    let body = RenderBody {
+        html: String::from_utf8(html).map_err(|_| PagesError::Corrupt("hand-off html is not UTF-8".into()))?,
+        data_parsoid: json(&data_parsoid, "data-parsoid")?,
+        section_offsets: json(&section_offsets, "section offsets")?,
+    };
+    serde_json::to_vec(&body).map_err(|e| PagesError::Corrupt(format!("hand-off body: {e}")))
+}
+
 /// Decodes one stored part, reporting damage as an internal error.
 pub fn decode_part(stored: &[u8], what: &str) -> Result<Vec<u8>, PagesError> {
     Envelope::default().decode(stored).map(|c| c.into_owned()).map_err(|e| PagesError::Corrupt(format!("stored {what} is unreadable: {e}")))
@@ -76,5 +125,45 @@ impl RenderId {
     /// Precedence: by revision, then by render time.
     pub fn is_newer_than(&self, other: &RenderId) -> bool {
         (self.rev, self.tid) > (other.rev, other.tid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body() -> RenderBody {
+        RenderBody {
+            html: "<p>caf\u{e9} \"quoted\"</p>".repeat(50),
+            data_parsoid: json!({"ids": {"mwAA": {"dsr": [0, 12, 0, 0]}}}),
+            section_offsets: json!({"0": [0, 40]}),
+        }
+    }
+
+    #[test]
+    fn a_handoff_of_stored_parts_yields_the_body_old_store_takes() {
+        let payload = StoredParts::encode(&body()).handoff_payload();
+        let json = archive_json(&payload).expect("readable");
+        assert_eq!(serde_json::from_slice::<RenderBody>(&json).expect("a render body"), body());
+    }
+
+    #[test]
+    fn a_handoff_queued_by_an_earlier_build_is_still_read() {
+        let earlier = serde_json::to_vec(&body()).expect("json");
+        let payload = Envelope::default().encode(&earlier, Compression::Zstd { level: 3 });
+        assert_eq!(archive_json(&payload).expect("readable"), earlier);
+    }
+
+    #[test]
+    fn a_damaged_handoff_is_refused_not_guessed() {
+        let payload = StoredParts::encode(&body()).handoff_payload();
+        for cut in [5, 9, payload.len() - 1] {
+            assert!(matches!(archive_json(&payload[..cut]), Err(PagesError::Corrupt(_))), "cut at {cut}");
+        }
+        let mut flipped = payload.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        assert!(matches!(archive_json(&flipped), Err(PagesError::Corrupt(_))));
     }
 }
