@@ -35,6 +35,7 @@ pub mod current_store {
     /// a compile error.
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
+        pub const BUCKET: &str = "bucket";
         pub const DATA_PARSOID: &str = "data_parsoid";
         pub const DOMAIN: &str = "domain";
         pub const FAILED_AT: &str = "failed_at";
@@ -46,12 +47,14 @@ pub mod current_store {
         pub const REV: &str = "rev";
         pub const SECTION_OFFSETS: &str = "section_offsets";
         pub const SHARD: &str = "shard";
+        pub const SINCE: &str = "since";
         pub const STORED_AT: &str = "stored_at";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const TRACE: &str = "trace";
         pub const TID: &str = "tid";
         pub const TITLE: &str = "title";
+        pub const TOKEN: &str = "token";
     }
 
     /// The latest render of each revision a title still has here. Clustered by
@@ -152,6 +155,27 @@ pub mod current_store {
         comment: "every render of a page, newest first, kept until superseded for the grace period (seed 000 option 2)",
     };
 
+    /// The pages of each domain in the token order of their `page_renders`
+    /// partition (issue #30): a dump of one domain walks its own rows, never
+    /// another domain's. `bucket` is the token's top byte, so a domain's pages
+    /// spread over 256 partitions and a slice of the ring reads only the
+    /// buckets it covers. A row is written with a page's first render (and by
+    /// the janitor's retention sweep for pages stored before it existed) and
+    /// deleted with the page; `since` is the time of the render that wrote it.
+    pub static DOMAIN_PAGES: TableDef = TableDef {
+        name: "domain_pages",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::BUCKET, BigInt),
+            C::clustering(col::TOKEN, BigInt, Order::Asc),
+            C::clustering(col::TITLE, Text, Order::Asc),
+            C::regular(col::SINCE, Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "the pages of each domain in partition-token order, for dumps",
+    };
+
     /// Revisions hidden by suppression: never served again.
     pub static SUPPRESSED: TableDef = TableDef {
         name: "suppressed",
@@ -227,7 +251,8 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 8] = [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
+    pub static TABLES: [&TableDef; 9] =
+        [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
 }
 
 /// old-store: seed 002, compression blocks and a metadata table.
@@ -512,13 +537,14 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 20] = [
+pub static ALL_TABLES: [&TableDef; 21] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
     &current_store::BY_TID,
     &current_store::RENDERS,
     &current_store::PAGE_RENDERS,
+    &current_store::DOMAIN_PAGES,
     &current_store::SUPPRESSED,
     &current_store::OUTBOX,
     &current_store::OUTBOX_DEAD_LETTERS,

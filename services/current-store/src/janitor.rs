@@ -30,7 +30,7 @@ use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
 use revstore_schema::tables::current_store::{
-    BY_REV, BY_TID, CURRENT, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, RENDERS, SUPPRESSED, col,
+    BY_REV, BY_TID, CURRENT, DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, RENDERS, SUPPRESSED, col,
 };
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
 use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
@@ -59,6 +59,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn S
         AuditedTable::live(&BY_REV),
         AuditedTable::live(&BY_TID),
         AuditedTable::live(&RENDERS),
+        AuditedTable::live(&DOMAIN_PAGES),
         AuditedTable::live(&SUPPRESSED),
         AuditedTable::live(&OUTBOX),
         AuditedTable::live(&OUTBOX_DEAD_LETTERS),
@@ -91,9 +92,15 @@ impl Sweep for Retention {
         let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         let cutoff = self.pages.retention_cutoff(store.now_micros());
+        // Every page visited is (re)entered in the dump index: pages stored
+        // before the index existed, or by a replica of schema 8, get their row.
+        let mut indexed = Vec::new();
         for partition in &scanned.partitions {
             let (domain, title) = stored_page(&partition.key)?;
             let rows = page_rows(store, &partition.key).await?;
+            if let Some((newest, _)) = rows.first().filter(|_| !dry_run) {
+                indexed.push(crate::dump::index_row(&domain, &title, newest.id.tid));
+            }
             let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { continue };
             // Behind the boundary, what was stored before the cutoff: a render
             // stored after it (a late write) may just have been fetched.
@@ -117,6 +124,9 @@ impl Sweep for Retention {
             };
             store.apply(writes).await?;
         }
+        for chunk in indexed.chunks(32) {
+            futures_util::future::try_join_all(chunk.iter().map(|row| store.write(row.clone()))).await?;
+        }
         // The second pass moves the pages still in schema 7's `current`.
         let next = scanned.next.map_or(SweepPosition::start_of(1), |p| SweepPosition::in_pass(0, Some(p)));
         Ok(Stepped { report, next: Some(next) })
@@ -139,7 +149,11 @@ impl Retention {
             report.rows += rows.len() as u64;
             report.bytes += rows.iter().map(|f| row_bytes(&CURRENT, &f.row)).sum::<u64>();
             if !dry_run {
-                store.apply(legacy::move_writes(&domain, &title, &rows, store.now_micros())).await?;
+                let mut moves = legacy::move_writes(&domain, &title, &rows, store.now_micros());
+                if let Some(newest) = rows.iter().map(|f| f.id.tid).max() {
+                    moves.push(crate::dump::index_row(&domain, &title, newest).into());
+                }
+                store.apply(moves).await?;
             }
         }
         Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(1, Some(p))) })

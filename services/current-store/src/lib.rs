@@ -13,7 +13,9 @@
 //! - `routes`: the HTTP API.
 //! - `outbox`: delivery of hand-offs to old-store and notices to the graph.
 //! - `janitor`: the sweeps it offers the janitor (retention, archive, audit).
+//! - `dump`: a domain's current renders as NDJSON, by slices of the token ring.
 
+pub mod dump;
 mod error;
 pub mod janitor;
 mod legacy;
@@ -54,7 +56,13 @@ pub struct Settings {
     pub notify_graph: bool,
     /// This service presents the file's first token to old-store and the graph.
     pub peer_token_file: Option<std::path::PathBuf>,
+    /// Pages per second all dumps of this replica read together (0: no limit).
+    pub dump_pages_per_second: u32,
 }
+
+/// The dump rate when none is set: about 20 MB/s of HTML, a fraction of what
+/// the node serves live readers.
+pub const DEFAULT_DUMP_PAGES_PER_SECOND: u32 = 1000;
 
 /// The grace TTL when none is set: a day.
 pub const DEFAULT_GRACE_TTL_SECS: u64 = 86_400;
@@ -69,6 +77,7 @@ impl Default for Settings {
             graph_url: None,
             notify_graph: false,
             peer_token_file: None,
+            dump_pages_per_second: DEFAULT_DUMP_PAGES_PER_SECOND,
         }
     }
 }
@@ -106,6 +115,11 @@ pub struct Args {
     /// Token file: this service presents its first token to old-store and the graph.
     #[arg(long, env = "REVSTORE_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<std::path::PathBuf>,
+
+    /// Pages per second that all dumps served by this replica read together,
+    /// so that a dump never starves live readers (0: no limit).
+    #[arg(long, env = "REVSTORE_DUMP_PAGES_PER_SECOND", default_value_t = DEFAULT_DUMP_PAGES_PER_SECOND)]
+    pub dump_pages_per_second: u32,
 }
 
 impl ServiceArgs for Args {
@@ -126,6 +140,7 @@ impl ServiceArgs for Args {
             graph_url: self.graph_url.clone(),
             notify_graph: self.notify_graph,
             peer_token_file: self.peer_token_file.clone(),
+            dump_pages_per_second: self.dump_pages_per_second,
         })
     }
 }
@@ -176,7 +191,8 @@ impl ServiceDefinition for CurrentStore {
             tracing::warn!(service = "current-store", "no --old-store-url: first renders wait in the outbox until one is configured");
         }
         let sweeps = janitor::sweeps(&pages, old_store.clone());
-        let state = routes::AppState { platform: platform.clone(), pages, titles, old_store };
+        let dumps = std::sync::Arc::new(dump::DumpPacer::new(args.dump_pages_per_second));
+        let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

@@ -223,6 +223,11 @@ impl Pages {
 
         let parts = StoredParts::encode(body);
         let mut durable_first: Vec<Write> = Vec::new();
+        // A page's first render (or its first since the page was deleted, or
+        // since schema 7) enters the dump index before it can be seen.
+        if head.is_empty() || !moving.is_empty() {
+            durable_first.push(crate::dump::index_row(domain, title, id.tid).into());
+        }
         if first_of_revision && self.hand_off {
             durable_first.push(self.outbox("archive", domain, title, id, parts.handoff_payload()).into());
         }
@@ -363,7 +368,8 @@ impl Pages {
             Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
             None => self.store.now_micros(),
         };
-        let mut writes: Vec<Write> = vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into()];
+        let mut writes: Vec<Write> =
+            vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(), crate::dump::index_delete(domain, title, at).into()];
         writes.extend(legacy::delete_writes(&self.store, domain, title, None, at + 1).await?);
         self.store.apply(writes).await?;
         Ok(())

@@ -8,6 +8,7 @@
 //! real parameter names.
 
 use axum::Json;
+use futures_util::TryStreamExt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRef, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -20,6 +21,7 @@ use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
+use crate::dump::{Dump, DumpPacer, DumpParts, DumpSlice};
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
 use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
 use crate::render::{RenderBody, RenderId, SERVED, column, columns, decode_part};
@@ -31,6 +33,8 @@ pub struct AppState {
     pub titles: TitleRules,
     /// Where revisions no longer held here are fetched from.
     pub old_store: Option<OldStoreClient>,
+    /// The pace all dumps of this replica share.
+    pub dumps: std::sync::Arc<DumpPacer>,
 }
 
 impl FromRef<AppState> for Access {
@@ -53,6 +57,7 @@ pub fn routes(state: AppState) -> Routes {
         .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata).post(post_render_of_static_page))
         .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions).post(post_render_of_static_page))
         .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .route("/{domain}/v1/dump/current", get(dump_current))
         .route(DEAD_LETTERS, get(list_dead_letters))
         .route(&format!("{DEAD_LETTERS}/redrive"), post(redrive_dead_letters))
         .route(&format!("{DEAD_LETTERS}/{{shard}}/{{id}}/redrive"), post(redrive_dead_letter))
@@ -78,6 +83,7 @@ const DEAD_LETTERS: &str = "/admin/outbox/dead-letters";
         list_revisions,
         delete_page,
         suppress_revision,
+        dump_current,
         list_dead_letters,
         redrive_dead_letters,
         redrive_dead_letter
@@ -405,6 +411,56 @@ struct DeadLetterList {
     items: Vec<DeadLetter>,
     /// Pass back as `cursor` for the next page; `null` at the end.
     next: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DumpQuery {
+    slice: Option<String>,
+    after: Option<String>,
+    limit: Option<u64>,
+    parts: Option<String>,
+}
+
+/// The latest render of every page of the domain whose partition token falls
+/// in slice K of N of the ring, as NDJSON: a line per page (title, rev, tid,
+/// rendered_at, the parts asked for, and `cursor`), then `{"done":true}` at
+/// the slice's end, or `{"done":false,"cursor":…}` when `limit` pages were
+/// sent. Resume with `after=<cursor>`: no page twice, none missed. Deleted
+/// and suppressed renders are left out. A stream cut short by a failure ends
+/// without the `done` line.
+#[utoipa::path(get, path = "/{domain}/v1/dump/current",
+    params(
+        ("domain" = String, Path),
+        ("slice" = Option<String>, Query, description = "K/N (default 0/1: the whole domain)"),
+        ("after" = Option<String>, Query, description = "a cursor from an earlier line"),
+        ("limit" = Option<u64>, Query, description = "pages in this response at most"),
+        ("parts" = Option<String>, Query, description = "html (default), data-parsoid, section-offsets, comma-separated, or all")),
+    responses((status = 200, description = "application/x-ndjson"), (status = 400, body = Problem), (status = 401, body = Problem)))]
+async fn dump_current(
+    State(state): State<AppState>,
+    Path(domain): Path<String>,
+    query: Result<Query<DumpQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let domain = Domain::parse(&domain)?;
+    let slice = DumpSlice::parse(query.slice.as_deref().unwrap_or("0/1")).map_err(ApiError::bad_request)?;
+    let parts = DumpParts::parse(query.parts.as_deref()).map_err(ApiError::bad_request)?;
+    if query.limit == Some(0) {
+        return Err(ApiError::bad_request("limit must be at least 1"));
+    }
+    let after = match &query.after {
+        Some(cursor) => Some(Dump::open_cursor(&state.pages.store, &domain, slice, cursor)?),
+        None => None,
+    };
+    let dump = Dump { domain, slice, parts, after, limit: query.limit };
+    let lines = dump.lines(state.pages.clone(), state.dumps.clone()).await?.map_err(|e| {
+        // The status line is sent: the client sees the stream end without its `done` line.
+        tracing::error!(service = "current-store", error = %e, "dump stream stopped");
+        std::io::Error::other("dump stream stopped")
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok((StatusCode::OK, headers, axum::body::Body::from_stream(lines)).into_response())
 }
 
 #[derive(Debug, serde::Deserialize)]

@@ -42,6 +42,17 @@ async fn rows_held(f: &Fixture, title: &Title) -> usize {
     f.store.read(&ReadQuery::new(&PAGE_RENDERS, key).limit(10_000)).await.expect("read").rows.len()
 }
 
+/// The titles a whole dump of the fixture's domain lists.
+async fn dumped(f: &Fixture) -> Vec<String> {
+    use futures_util::TryStreamExt;
+    use revstore_current_store::dump::{Dump, DumpPacer, DumpParts, DumpSlice};
+    let dump = Dump { domain: f.domain.clone(), slice: DumpSlice { k: 0, n: 1 }, parts: DumpParts::parse(None).expect("parts"), after: None, limit: None };
+    let lines: Vec<Vec<u8>> = dump.lines(f.pages.clone(), Arc::new(DumpPacer::new(0))).await.expect("dump").try_collect().await.expect("lines");
+    let lines: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_slice(l).expect("json")).collect();
+    assert_eq!(lines.last().map(|l| l["done"].clone()), Some(serde_json::Value::Bool(true)));
+    lines[..lines.len() - 1].iter().map(|l| l["title"].as_str().expect("title").to_owned()).collect()
+}
+
 async fn run_retention(pages: &Pages) -> u64 {
     let sweeps = revstore_current_store::janitor::sweeps(pages, None);
     let retention = sweeps.iter().find(|s| s.task() == revstore_api::janitor::Task::Retention).expect("a retention sweep");
@@ -148,7 +159,11 @@ async fn pages_of_schema_7_are_served_and_moved() {
     assert_eq!(f.pages.of_rev(&f.domain, &written, latest.rev, &["tid"]).await.expect("of_rev").map(|r| r.id), Some(latest));
 
     // The sweep moves the quiet page, and serves it the same.
+    assert_eq!(dumped(&f).await, vec!["Written_page".to_owned()], "the write entered the page in the dump index");
     run_retention(&f.pages).await;
+    let mut both = dumped(&f).await;
+    both.sort();
+    assert_eq!(both, vec!["Quiet_page".to_owned(), "Written_page".to_owned()], "the sweep entered the moved page");
     assert!(f.store.read(&current_rows(&quiet)).await.expect("read").rows.is_empty(), "the sweep left the page in `current`");
     assert_eq!(rows_held(&f, &quiet).await, 1);
     let moved = f.pages.latest(&f.domain, &quiet, &["tid", "html"]).await.expect("latest").expect("the moved latest");
@@ -160,4 +175,32 @@ async fn pages_of_schema_7_are_served_and_moved() {
     f.clock.advance_secs(3601);
     assert!(f.pages.of_tid(&f.domain, &quiet, old.rev, old.tid, &["tid"]).await.expect("of_tid").is_none());
     assert_eq!(f.pages.latest(&f.domain, &quiet, &["tid"]).await.expect("latest").map(|r| r.id), Some(latest));
+}
+
+/// Pages stored before the dump index existed (or by a replica of schema 8)
+/// have no index row: the retention sweep enters every page it visits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_enters_pages_missing_from_the_dump_index() {
+    let f = fixture().await;
+    let generator = TidGenerator::new();
+    let pages: Vec<Title> = (0..5).map(|i| title(&format!("Page {i}"))).collect();
+    // Rows as schema 8 wrote them: the render alone.
+    for (i, page) in pages.iter().enumerate() {
+        let tid = generator.next_at(SystemTime::now());
+        let parts = StoredParts::encode(&common::render("<p>x</p>", i as u64));
+        let key = [Value::from(f.domain.as_str()), Value::from(page.as_str()), Value::from(1i64), Value::from(tid)];
+        let row = Upsert::new(&PAGE_RENDERS, key)
+            .set(col::STORED_AT, Value::Timestamp(f.store.now_micros() / 1000))
+            .set(col::HTML, parts.html)
+            .set(col::DATA_PARSOID, parts.data_parsoid)
+            .set(col::SECTION_OFFSETS, parts.section_offsets)
+            .timestamp(tid.unix_micros());
+        f.store.write(row).await.expect("a schema 8 page");
+        assert!(f.pages.latest(&f.domain, page, &["tid"]).await.expect("latest").is_some());
+    }
+    assert_eq!(dumped(&f).await, Vec::<String>::new());
+    run_retention(&f.pages).await;
+    let mut listed = dumped(&f).await;
+    listed.sort();
+    assert_eq!(listed, pages.iter().map(|p| p.as_str().to_owned()).collect::<Vec<_>>());
 }
