@@ -56,18 +56,22 @@ pub fn bucket_of(token: i64) -> i64 {
 /// page's deletion, timestamped after its newest render, removes it).
 pub fn index_row(domain: &Domain, title: &Title, render: Tid) -> Upsert {
     let token = page_token(domain, title);
-    Upsert::new(&DOMAIN_PAGES, [Value::from(domain.as_str()), Value::from(bucket_of(token)), Value::from(token), Value::from(title.as_str())])
-        .set(col::SINCE, Value::Timestamp(render.unix_micros() / 1000))
-        .timestamp(render.unix_micros())
+    Upsert::new(
+        &DOMAIN_PAGES,
+        [Value::from(domain.as_str()), Value::from(bucket_of(token)), Value::from(token), Value::from(title.as_str())],
+    )
+    .set(col::SINCE, Value::Timestamp(render.unix_micros() / 1000))
+    .timestamp(render.unix_micros())
 }
 
 /// The removal of a page's index row, timestamped `at` (microseconds).
 pub fn index_delete(domain: &Domain, title: &Title, at: i64) -> Delete {
     let token = page_token(domain, title);
-    Delete::row(&DOMAIN_PAGES, [Value::from(domain.as_str()), Value::from(bucket_of(token))], [
-        Value::from(token),
-        Value::from(title.as_str()),
-    ])
+    Delete::row(
+        &DOMAIN_PAGES,
+        [Value::from(domain.as_str()), Value::from(bucket_of(token))],
+        [Value::from(token), Value::from(title.as_str())],
+    )
     .timestamp(at)
 }
 
@@ -141,9 +145,11 @@ impl DumpParts {
 
     fn columns(&self) -> Vec<&'static str> {
         let mut columns = vec![col::TID];
-        columns.extend([(self.html, col::HTML), (self.data_parsoid, col::DATA_PARSOID), (self.section_offsets, col::SECTION_OFFSETS)]
-            .into_iter()
-            .filter_map(|(wanted, column)| wanted.then_some(column)));
+        columns.extend(
+            [(self.html, col::HTML), (self.data_parsoid, col::DATA_PARSOID), (self.section_offsets, col::SECTION_OFFSETS)]
+                .into_iter()
+                .filter_map(|(wanted, column)| wanted.then_some(column)),
+        );
         columns
     }
 }
@@ -349,7 +355,10 @@ impl Dump {
                 false => Ok(None),
             }
         };
-        let html = part(self.parts.html, col::HTML)?.map(String::from_utf8).transpose().map_err(|_| PagesError::Corrupt("stored html is not UTF-8".into()))?;
+        let html = part(self.parts.html, col::HTML)?
+            .map(String::from_utf8)
+            .transpose()
+            .map_err(|_| PagesError::Corrupt("stored html is not UTF-8".into()))?;
         let json = |bytes: &Option<Vec<u8>>| -> Result<Option<Box<RawValue>>, PagesError> {
             bytes
                 .as_ref()

@@ -368,8 +368,10 @@ impl Pages {
             Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
             None => self.store.now_micros(),
         };
-        let mut writes: Vec<Write> =
-            vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(), crate::dump::index_delete(domain, title, at).into()];
+        let mut writes: Vec<Write> = vec![
+            Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(),
+            crate::dump::index_delete(domain, title, at).into(),
+        ];
         writes.extend(legacy::delete_writes(&self.store, domain, title, None, at + 1).await?);
         self.store.apply(writes).await?;
         Ok(())

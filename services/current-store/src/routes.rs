@@ -8,12 +8,12 @@
 //! real parameter names.
 
 use axum::Json;
-use futures_util::TryStreamExt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRef, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
+use futures_util::TryStreamExt;
 use revstore_api::{ArchiveBody, Bundle, Part, Selection, paths};
 use revstore_client::{ClientError, OldStoreClient};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};

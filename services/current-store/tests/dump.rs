@@ -81,7 +81,8 @@ async fn a_dump_holds_every_page_of_its_domain_once(engine: Engine) {
 
     let (whole, end) = dump(&s, EN, "").await;
     assert_eq!(end, serde_json::json!({ "done": true }));
-    let got: BTreeMap<String, u64> = whole.iter().map(|l| (l["title"].as_str().unwrap().to_owned(), l["rev"].as_u64().unwrap())).collect();
+    let got: BTreeMap<String, u64> =
+        whole.iter().map(|l| (l["title"].as_str().expect("title").to_owned(), l["rev"].as_u64().expect("rev"))).collect();
     assert_eq!(got, expected, "the latest visible render of every page, nothing of de.wikipedia.org");
     once_each(&titles(&whole));
     let line = whole.iter().find(|l| l["title"] == "Page_3").expect("Page_3");
@@ -124,7 +125,10 @@ async fn a_dump_holds_every_page_of_its_domain_once(engine: Engine) {
 }
 
 fn urlencoding(cursor: &str) -> String {
-    cursor.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    cursor
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
 }
 
 /// A client cut off mid-stream resumes from the last line it read; a forged
@@ -169,11 +173,8 @@ async fn a_cut_dump_resumes_and_bad_cursors_are_refused(engine: Engine) {
         assert_eq!(answer.status(), 400, "{query}");
     }
     // A cursor of en is not one of de.
-    let answer = client()
-        .get(s.url(&format!("/de.wikipedia.org/v1/dump/current?after={}", urlencoding(&cursor))))
-        .send()
-        .await
-        .expect("send");
+    let answer =
+        client().get(s.url(&format!("/de.wikipedia.org/v1/dump/current?after={}", urlencoding(&cursor)))).send().await.expect("send");
     assert_eq!(answer.status(), 400);
 }
 
@@ -199,7 +200,7 @@ async fn writes_during_a_dump_never_tear_a_line(engine: Engine) {
     assert_eq!(end["done"], true);
     assert_eq!(once_each(&titles(&lines)).len(), 40);
     for line in &lines {
-        let (title, rev) = (line["title"].as_str().unwrap(), line["rev"].as_u64().unwrap());
+        let (title, rev) = (line["title"].as_str().expect("title"), line["rev"].as_u64().expect("rev"));
         assert!((1..=4).contains(&rev), "{line}");
         assert_eq!(line["html"], format!("<p>{title} at {rev}</p>"), "one render's revision and HTML");
     }

@@ -46,8 +46,15 @@ async fn rows_held(f: &Fixture, title: &Title) -> usize {
 async fn dumped(f: &Fixture) -> Vec<String> {
     use futures_util::TryStreamExt;
     use revstore_current_store::dump::{Dump, DumpPacer, DumpParts, DumpSlice};
-    let dump = Dump { domain: f.domain.clone(), slice: DumpSlice { k: 0, n: 1 }, parts: DumpParts::parse(None).expect("parts"), after: None, limit: None };
-    let lines: Vec<Vec<u8>> = dump.lines(f.pages.clone(), Arc::new(DumpPacer::new(0))).await.expect("dump").try_collect().await.expect("lines");
+    let dump = Dump {
+        domain: f.domain.clone(),
+        slice: DumpSlice { k: 0, n: 1 },
+        parts: DumpParts::parse(None).expect("parts"),
+        after: None,
+        limit: None,
+    };
+    let lines: Vec<Vec<u8>> =
+        dump.lines(f.pages.clone(), Arc::new(DumpPacer::new(0))).await.expect("dump").try_collect().await.expect("lines");
     let lines: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_slice(l).expect("json")).collect();
     assert_eq!(lines.last().map(|l| l["done"].clone()), Some(serde_json::Value::Bool(true)));
     lines[..lines.len() - 1].iter().map(|l| l["title"].as_str().expect("title").to_owned()).collect()

@@ -16,10 +16,15 @@
 //! system: every revision into old-store, each page's template dependencies
 //! into the graph (`revstore_dump_import`).
 //!
+//! `revstore dump --current --domain D --out DIR` writes a domain's current
+//! renders as compressed NDJSON shards and a manifest (`dump.rs`).
+//!
 //! `revstore backup DATA_DIR DEST` copies the embedded databases while the
 //! services run; `revstore restore DEST DATA_DIR` puts them back into an
 //! empty data directory, the services stopped
 //! (`revstore_storage::embedded::backup`).
+
+mod dump;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -50,6 +55,9 @@ enum Command {
     /// running system: revisions into old-store, each page's templates into
     /// the dependency graph.
     Import(revstore_dump_import::cli::ImportArgs),
+    /// Writes a domain's current renders to compressed NDJSON shards and a
+    /// manifest, several slices at once, resumable (`--resume`).
+    Dump(dump::DumpArgs),
     /// Copies every embedded database of a data directory (`revstore up`'s or
     /// one service's) into a new directory, while the services run.
     Backup {
@@ -102,6 +110,7 @@ async fn main() -> ExitCode {
     let args = match revstore_service::parse_args_or_exit::<Cli>().command {
         Command::Up(args) => args,
         Command::Import(args) => return revstore_dump_import::cli::run(args).await,
+        Command::Dump(args) => return dump::run(args).await,
         Command::Backup { data_dir, destination } => {
             return copy("backup", move || revstore_storage::embedded::backup::backup(&data_dir, &destination)).await;
         }

@@ -1,0 +1,428 @@
+//! `revstore dump`: a whole domain's current renders, as the HTML dumps wikis
+//! publish them — NDJSON, one object per page, zstd-compressed, in shards
+//! fetched in parallel, with a manifest.
+//!
+//! ```text
+//! revstore dump --current --domain en.wikipedia.org --out dumps/ --parallel 4
+//! revstore dump --current --domain en.wikipedia.org --out dumps/ --parallel 4 --resume
+//! ```
+//! Shard K of N (`D-<date>-current-<K>-of-<N>.ndjson.zst`, K from 0) holds
+//! the pages of slice K/N of current-store's `/dump/current`. Every
+//! `--checkpoint-pages` pages a shard's zstd frame is closed, the file synced,
+//! and the last page's cursor recorded beside it (`….state.json`); a dump
+//! killed and run again with `--resume` cuts each shard back to its last
+//! checkpoint and continues from that cursor (zstd frames concatenate), so
+//! the shards hold every page once. A stream cut short is resumed the same
+//! way, a few times, before the dump gives up. At the end: the manifest
+//! (`D-<date>-current-manifest.json`: per shard its pages, bytes of NDJSON,
+//! bytes on disk and SHA-256) and a summary line.
+//!
+//! Exit status: 0 when every shard is complete; 1 when some could not be;
+//! 64 on bad arguments (or shards of another run in the way without `--resume`).
+
+use std::io::{Seek, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DumpArgs {
+    /// Dump the latest render of every page (from current-store).
+    #[arg(long, required = true)]
+    pub current: bool,
+
+    /// The wiki's domain.
+    #[arg(long)]
+    pub domain: String,
+
+    /// The directory the shards and the manifest are written to.
+    #[arg(long)]
+    pub out: PathBuf,
+
+    /// Slices dumped at once; also the number of shards.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
+
+    /// Parts of each page: html, data-parsoid, section-offsets (comma-separated) or all.
+    #[arg(long, default_value = "html")]
+    pub parts: String,
+
+    /// Continue the dump of the same domain, date and --parallel from its checkpoints.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// The date in the shards' names (default: today, UTC), YYYYMMDD.
+    #[arg(long)]
+    pub date: Option<String>,
+
+    /// current-store's base URL.
+    #[arg(long, env = "REVSTORE_CURRENT_STORE_URL", default_value = "http://127.0.0.1:8081")]
+    pub current_store_url: String,
+
+    /// A file whose first token is sent as the read token (when reads need one).
+    #[arg(long, env = "REVSTORE_READ_TOKEN_FILE")]
+    pub read_token_file: Option<PathBuf>,
+
+    /// Pages between checkpoints of a shard.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub checkpoint_pages: u64,
+}
+
+/// What a shard's checkpoint records: enough to cut the file back to it and
+/// go on from the page after it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+struct Checkpoint {
+    /// The cursor of the last page written (`None`: from the slice's start).
+    cursor: Option<String>,
+    pages: u64,
+    /// NDJSON bytes written (uncompressed).
+    raw_bytes: u64,
+    /// Bytes of the shard file at the checkpoint.
+    file_bytes: u64,
+    done: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ManifestShard {
+    file: String,
+    slice: String,
+    pages: u64,
+    raw_bytes: u64,
+    bytes: u64,
+    sha256: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Manifest {
+    domain: String,
+    date: String,
+    kind: &'static str,
+    parts: String,
+    slices: u32,
+    pages: u64,
+    raw_bytes: u64,
+    bytes: u64,
+    shards: Vec<ManifestShard>,
+}
+
+/// A line of the service's dump stream, read for its cursor or end only.
+#[derive(Debug, Deserialize)]
+struct StreamLine {
+    cursor: Option<String>,
+    done: Option<bool>,
+}
+
+/// Attempts at a slice whose stream is cut short before the dump gives up.
+const ATTEMPTS: u32 = 5;
+
+// The summary line is the command's result: it goes to stdout, errors to stderr.
+#[allow(clippy::print_stdout)]
+pub async fn run(args: DumpArgs) -> ExitCode {
+    match dump(&args).await {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(DumpError::Usage(e)) => {
+            eprintln!("revstore dump: {e}");
+            ExitCode::from(64)
+        }
+        Err(DumpError::Failed(e)) => {
+            eprintln!("revstore dump: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[derive(Debug)]
+enum DumpError {
+    Usage(String),
+    Failed(String),
+}
+
+async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
+    revstore_keys::Domain::parse(&args.domain).map_err(|e| DumpError::Usage(e.to_string()))?;
+    let date = match &args.date {
+        Some(d) if d.len() == 8 && d.bytes().all(|b| b.is_ascii_digit()) => d.clone(),
+        Some(d) => return Err(DumpError::Usage(format!("--date {d:?} is not YYYYMMDD"))),
+        None => revstore_keys::rfc3339(std::time::SystemTime::now())[..10].replace('-', ""),
+    };
+    let token = match &args.read_token_file {
+        Some(path) => Some(revstore_client::tokens::read_peer_token(path, "read token").map_err(|e| DumpError::Usage(e.to_string()))?),
+        None => None,
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| DumpError::Usage(format!("{}: {e}", args.out.display())))?;
+    let base = format!("{}-{date}-current", args.domain);
+    let shard_name = |k: u32| format!("{base}-{k}-of-{}.ndjson.zst", args.parallel);
+    if !args.resume {
+        for k in 0..args.parallel {
+            let path = args.out.join(shard_name(k));
+            if path.exists() {
+                return Err(DumpError::Usage(format!("{} exists: pass --resume to continue that dump", path.display())));
+            }
+        }
+    }
+    let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| DumpError::Failed(e.to_string()))?;
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {pos} pages, {msg}").expect("a valid template"));
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let totals = Arc::new(Totals::default());
+    let started = Instant::now();
+    let mut slices = tokio::task::JoinSet::new();
+    for k in 0..args.parallel {
+        let shard = Shard {
+            path: args.out.join(shard_name(k)),
+            slice: format!("{k}/{}", args.parallel),
+            url: format!("{}/{}/v1/dump/current", args.current_store_url.trim_end_matches('/'), args.domain),
+            parts: args.parts.clone(),
+            token: token.clone(),
+            checkpoint_pages: args.checkpoint_pages,
+        };
+        let (http, totals, progress) = (http.clone(), totals.clone(), progress.clone());
+        slices.spawn(async move { shard.run(&http, &totals, &progress).await.map_err(|e| format!("shard {}: {e}", shard.slice)) });
+    }
+    let mut failures = Vec::new();
+    while let Some(done) = slices.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(format!("a shard's task failed: {e}")),
+        }
+    }
+    progress.finish_and_clear();
+    if !failures.is_empty() {
+        return Err(DumpError::Failed(format!("{} (run again with --resume to continue)", failures.join("; "))));
+    }
+    let mut shards = Vec::new();
+    for k in 0..args.parallel {
+        let path = args.out.join(shard_name(k));
+        let checkpoint = read_checkpoint(&path).map_err(DumpError::Failed)?;
+        let (bytes, sha256) = digest(&path).map_err(|e| DumpError::Failed(format!("{}: {e}", path.display())))?;
+        shards.push(ManifestShard {
+            file: shard_name(k),
+            slice: format!("{k}/{}", args.parallel),
+            pages: checkpoint.pages,
+            raw_bytes: checkpoint.raw_bytes,
+            bytes,
+            sha256,
+        });
+    }
+    let manifest = Manifest {
+        domain: args.domain.clone(),
+        date,
+        kind: "current",
+        parts: args.parts.clone(),
+        slices: args.parallel,
+        pages: shards.iter().map(|s| s.pages).sum(),
+        raw_bytes: shards.iter().map(|s| s.raw_bytes).sum(),
+        bytes: shards.iter().map(|s| s.bytes).sum(),
+        shards,
+    };
+    let manifest_path = args.out.join(format!("{base}-manifest.json"));
+    write_atomically(&manifest_path, &serde_json::to_vec_pretty(&manifest).unwrap_or_default()).map_err(DumpError::Failed)?;
+    let seconds = started.elapsed().as_secs_f64().max(0.001);
+    Ok(format!(
+        "dumped {} pages of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} pages/s this run); manifest {}",
+        manifest.pages,
+        manifest.domain,
+        manifest.slices,
+        manifest.raw_bytes as f64 / 1e6,
+        manifest.bytes as f64 / 1e6,
+        totals.pages.load(Ordering::Relaxed) as f64 / seconds,
+        manifest_path.display()
+    ))
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    pages: AtomicU64,
+    raw_bytes: AtomicU64,
+}
+
+/// One slice written to one shard file.
+#[derive(Debug)]
+struct Shard {
+    path: PathBuf,
+    slice: String,
+    url: String,
+    parts: String,
+    token: Option<String>,
+    checkpoint_pages: u64,
+}
+
+impl Shard {
+    async fn run(&self, http: &reqwest::Client, totals: &Totals, progress: &ProgressBar) -> Result<(), String> {
+        let mut at = read_checkpoint(&self.path)?;
+        let mut failed = 0;
+        while !at.done {
+            match self.stream_from(http, &mut at, totals, progress).await {
+                Ok(()) => {}
+                Err(e) if failed + 1 < ATTEMPTS => {
+                    failed += 1;
+                    tracing::warn!(slice = %self.slice, error = %e, "dump stream cut short; resuming from the last checkpoint");
+                    tokio::time::sleep(Duration::from_secs(1 << failed)).await;
+                    at = read_checkpoint(&self.path)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams the slice from `at`, appending frames to the shard, until the
+    /// stream's end line (or a failure: the file is then cut back at the next
+    /// attempt).
+    async fn stream_from(
+        &self,
+        http: &reqwest::Client,
+        at: &mut Checkpoint,
+        totals: &Totals,
+        progress: &ProgressBar,
+    ) -> Result<(), String> {
+        let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(&self.path).map_err(|e| e.to_string())?;
+        // Whatever follows the last checkpoint was written by a run that did not record it.
+        file.set_len(at.file_bytes).map_err(|e| e.to_string())?;
+        file.seek(std::io::SeekFrom::End(0)).map_err(|e| e.to_string())?;
+        let mut url = format!("{}?slice={}&parts={}", self.url, query_value(&self.slice), query_value(&self.parts));
+        if let Some(cursor) = &at.cursor {
+            url.push_str(&format!("&after={}", query_value(cursor)));
+        }
+        let mut request = http.get(url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let mut answer = request.send().await.map_err(|e| e.to_string())?;
+        if !answer.status().is_success() {
+            let status = answer.status();
+            let body = answer.text().await.unwrap_or_default();
+            return Err(format!("current-store answered {status}: {}", body.chars().take(300).collect::<String>()));
+        }
+        let mut frame = FrameWriter::new(file)?;
+        // Lines written since the last checkpoint.
+        let mut pending = false;
+        let (mut buffer, mut since_checkpoint) = (Vec::new(), 0u64);
+        let mut next = at.clone();
+        while let Some(chunk) = answer.chunk().await.map_err(|e| e.to_string())? {
+            buffer.extend_from_slice(&chunk);
+            let mut start = 0;
+            while let Some(end) = buffer[start..].iter().position(|&b| b == b'\n').map(|i| start + i) {
+                let line = &buffer[start..=end];
+                start = end + 1;
+                let parsed: StreamLine = serde_json::from_slice(line).map_err(|e| format!("a line that is not JSON: {e}"))?;
+                if parsed.done.is_some() {
+                    // The end line: the slice is complete (this request sets no limit).
+                    next.done = parsed.done == Some(true);
+                    *at = frame.checkpoint(&self.path, next.clone())?;
+                    return match at.done {
+                        true => Ok(()),
+                        false => Err("the stream ended before its slice".into()),
+                    };
+                }
+                frame.write(line)?;
+                next.cursor = parsed.cursor;
+                next.pages += 1;
+                next.raw_bytes += line.len() as u64;
+                since_checkpoint += 1;
+                pending = true;
+                totals.pages.fetch_add(1, Ordering::Relaxed);
+                totals.raw_bytes.fetch_add(line.len() as u64, Ordering::Relaxed);
+                progress.inc(1);
+                if since_checkpoint >= self.checkpoint_pages {
+                    *at = frame.checkpoint(&self.path, next.clone())?;
+                    (since_checkpoint, pending) = (0, false);
+                }
+            }
+            buffer.drain(..start);
+            progress.set_message(format!("{:.1} MB", totals.raw_bytes.load(Ordering::Relaxed) as f64 / 1e6));
+        }
+        if pending {
+            *at = frame.checkpoint(&self.path, next)?;
+        }
+        Err("the stream was cut short".into())
+    }
+}
+
+/// Appends zstd frames to a shard: each checkpoint ends one, so the file is
+/// valid (and cut-able) at every checkpoint.
+struct FrameWriter {
+    encoder: Option<zstd::stream::write::Encoder<'static, std::fs::File>>,
+}
+
+impl FrameWriter {
+    fn new(file: std::fs::File) -> Result<FrameWriter, String> {
+        Ok(FrameWriter { encoder: Some(zstd::stream::write::Encoder::new(file, 3).map_err(|e| e.to_string())?) })
+    }
+
+    fn write(&mut self, line: &[u8]) -> Result<(), String> {
+        self.encoder.as_mut().ok_or("the shard is closed")?.write_all(line).map_err(|e| e.to_string())
+    }
+
+    /// Ends the frame, syncs the file, then records `at` with the file's length.
+    fn checkpoint(&mut self, path: &Path, mut at: Checkpoint) -> Result<Checkpoint, String> {
+        let encoder = self.encoder.take().ok_or("the shard is closed")?;
+        let file = encoder.finish().map_err(|e| e.to_string())?;
+        file.sync_data().map_err(|e| e.to_string())?;
+        at.file_bytes = file.metadata().map_err(|e| e.to_string())?.len();
+        write_atomically(&state_path(path), &serde_json::to_vec(&at).unwrap_or_default())?;
+        self.encoder = Some(zstd::stream::write::Encoder::new(file, 3).map_err(|e| e.to_string())?);
+        Ok(at)
+    }
+}
+
+fn state_path(shard: &Path) -> PathBuf {
+    let mut name = shard.file_name().unwrap_or_default().to_os_string();
+    name.push(".state.json");
+    shard.with_file_name(name)
+}
+
+/// A shard's last checkpoint; none yet: from the start.
+fn read_checkpoint(shard: &Path) -> Result<Checkpoint, String> {
+    match std::fs::read(state_path(shard)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", state_path(shard).display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Checkpoint::default()),
+        Err(e) => Err(format!("{}: {e}", state_path(shard).display())),
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let temporary = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        std::fs::rename(&temporary, path)
+    };
+    write().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn digest(path: &Path) -> std::io::Result<(u64, String)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let (mut hasher, mut buffer, mut bytes) = (Sha256::new(), vec![0u8; 1 << 20], 0u64);
+    loop {
+        match file.read(&mut buffer)? {
+            0 => return Ok((bytes, hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())),
+            n => {
+                hasher.update(&buffer[..n]);
+                bytes += n as u64;
+            }
+        }
+    }
+}
+
+/// A query value as it may stand in a URL (cursors are base64url already).
+fn query_value(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b.is_ascii_alphanumeric() || b"-_.~,/".contains(&b) {
+            true => (b as char).to_string(),
+            false => format!("%{b:02X}"),
+        })
+        .collect()
+}
