@@ -43,6 +43,11 @@
 //!    passes the service's limit (a huge one turns shedding off, to compare);
 //!    `--client-connections N` holds the clients to N connections.
 //!
+//! 8. `--only dump`: a dump of the whole domain through `/dump/current`
+//!    (`--dump-slices`, default 2) alone, then readers at `--rate` without and
+//!    beside one; `--dump-rate R` starts the service with
+//!    `--dump-pages-per-second R` (0: no limit; absent: its default).
+//!
 //! `--only writes` runs 5. alone (`--only reads`: 1. to 3.), `--only overload` 6. alone.
 //!
 //! Cassandra uses `$REVSTORE_CASSANDRA` (default 127.0.0.1:9042).
@@ -51,6 +56,9 @@
 
 #[path = "http/one_table.rs"]
 mod one_table;
+
+#[path = "http/dump.rs"]
+mod dump;
 
 use std::process::{Child, Command, Stdio};
 
@@ -337,6 +345,7 @@ async fn main() {
     // `--service-log info` (with `--access-log-every N`) measures what logging
     // costs: the service's log goes to a file, as in a pod.
     .args(arg("--max-in-flight").map(|n| vec!["--max-in-flight".to_owned(), n]).unwrap_or_default())
+    .args(arg("--dump-rate").map(|n| vec!["--dump-pages-per-second".to_owned(), n]).unwrap_or_default())
     .env("RUST_LOG", arg("--service-log").unwrap_or_else(|| "warn".into()))
     .env("REVSTORE_ACCESS_LOG_EVERY", arg("--access-log-every").unwrap_or_else(|| "100".into()))
     .stdout(Stdio::null())
@@ -379,9 +388,19 @@ async fn main() {
 
     let only = arg("--only");
     let (measure_reads, measure_writes) = match only.as_deref() {
-        Some("overload") => (false, false),
+        Some("overload" | "dump") => (false, false),
         only => (only != Some("writes"), only != Some("reads")),
     };
+
+    // 8. Dumps (`--only dump`).
+    if only.as_deref() == Some("dump") {
+        let plan = dump::Plan {
+            slices: arg("--dump-slices").map_or(2, |n| n.parse().expect("--dump-slices")),
+            read_rate: rates("--rate", "1000")[0],
+            seconds,
+        };
+        rows.extend(dump::measure(&engine, &http, &base, service.0.id(), &titles, plan).await);
+    }
 
     // 1. Fixed rates.
     for rate in rates("--rate", "1000").into_iter().filter(|_| measure_reads) {
