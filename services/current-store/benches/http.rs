@@ -187,18 +187,7 @@ where
     Fut: std::future::Future<Output = Answer> + Send + 'static,
 {
     let answers = Arc::new(std::sync::Mutex::new(Vec::with_capacity((rate * seconds) as usize)));
-    let peak_rss = Arc::new(AtomicU64::new(0));
-    let sampler = tokio::spawn({
-        let peak_rss = peak_rss.clone();
-        async move {
-            loop {
-                if let Some(kb) = rss_kib(pid) {
-                    peak_rss.fetch_max(kb, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
+    let (sampler, peak_rss) = sample_peak_rss(pid);
     let op = Arc::new(op);
     // `--client-connections N`: the clients hold at most N requests (so N
     // connections) at once, as a fleet of pooled clients or a proxy would;
@@ -289,6 +278,39 @@ async fn plain_kv(node: &str, keyspace: &str) -> scylla::client::session::Sessio
         .await
         .expect("create the baseline's table");
     session
+}
+
+/// Readers of the pages' latest HTML at `rate` for `seconds` (open loop).
+async fn read_latest_html(http: &reqwest::Client, base: &str, titles: &Arc<Vec<String>>, rate: u64, seconds: u64) -> OpenLoop {
+    let (http, base, titles) = (http.clone(), base.to_owned(), titles.clone());
+    open_loop(rate, seconds, move |i| {
+        let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
+        async move {
+            let t = &titles[(i as usize * 7919) % titles.len()];
+            match http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await {
+                Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await
+}
+
+/// Samples the RSS of `pid` every 100 ms until the task is aborted; the peak (KiB).
+fn sample_peak_rss(pid: u32) -> (tokio::task::JoinHandle<()>, Arc<AtomicU64>) {
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = tokio::spawn({
+        let peak = peak.clone();
+        async move {
+            loop {
+                if let Some(kib) = rss_kib(pid) {
+                    peak.fetch_max(kib, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    (sampler, peak)
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -404,20 +426,7 @@ async fn main() {
 
     // 1. Fixed rates.
     for rate in rates("--rate", "1000").into_iter().filter(|_| measure_reads) {
-        let run = open_loop(rate, seconds, {
-            let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
-            move |i| {
-                let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
-                async move {
-                    let t = &titles[(i as usize * 7919) % titles.len()];
-                    match http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await {
-                        Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
-                        Err(_) => false,
-                    }
-                }
-            }
-        })
-        .await;
+        let run = read_latest_html(&http, &base, &titles, rate, seconds).await;
         rows.push(format!(
             "| {engine} | read latest HTML, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}",
             run.latencies.len(),

@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{OpenLoop, open_loop, rss_kib, write_row};
+use super::{OpenLoop, read_latest_html, sample_peak_rss, write_row};
 
 /// What one dump of the whole domain took.
 pub struct Dumped {
@@ -23,18 +23,7 @@ pub struct Dumped {
 /// Dumps the domain in `slices` slices at once, each stream read to its end line.
 pub async fn dump_domain(http: &reqwest::Client, base: &str, slices: u32, pid: u32) -> Dumped {
     let (pages, bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampler = tokio::spawn({
-        let peak = peak.clone();
-        async move {
-            loop {
-                if let Some(kib) = rss_kib(pid) {
-                    peak.fetch_max(kib, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
+    let (sampler, peak) = sample_peak_rss(pid);
     let started = Instant::now();
     let streams = (0..slices).map(|k| {
         let (http, pages, bytes) = (http.clone(), pages.clone(), bytes.clone());
@@ -66,22 +55,6 @@ pub async fn dump_domain(http: &reqwest::Client, base: &str, slices: u32, pid: u
     }
 }
 
-/// Live readers of the latest HTML at `rate` for `seconds`.
-async fn readers(http: &reqwest::Client, base: &str, titles: &Arc<Vec<String>>, rate: u64, seconds: u64) -> OpenLoop {
-    let (http, base, titles) = (http.clone(), base.to_owned(), titles.clone());
-    open_loop(rate, seconds, move |i| {
-        let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
-        async move {
-            let t = &titles[(i as usize * 7919) % titles.len()];
-            match http.get(format!("{base}/en.wikipedia.org/v1/page/html/{t}")).send().await {
-                Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await
-}
-
 /// What the dump phase runs: `slices` at once, readers at `read_rate` for `seconds`.
 pub struct Plan {
     pub slices: u32,
@@ -103,13 +76,13 @@ pub async fn measure(engine: &str, http: &reqwest::Client, base: &str, pid: u32,
         alone.bytes as f64 / 1e6 / alone.seconds,
         alone.peak_rss_kib as f64 / 1024.0
     ));
-    let quiet = readers(http, base, titles, read_rate, seconds).await;
+    let quiet = read_latest_html(http, base, titles, read_rate, seconds).await;
     rows.push(write_row(engine, &format!("readers alone, fixed {read_rate}/s"), &quiet, ""));
     let dumping = tokio::spawn({
         let (http, base) = (http.clone(), base.to_owned());
         async move { dump_domain(&http, &base, slices, pid).await }
     });
-    let beside = readers(http, base, titles, read_rate, seconds).await;
+    let beside = read_latest_html(http, base, titles, read_rate, seconds).await;
     let p99 = |run: &OpenLoop| run.latencies[run.latencies.len() * 99 / 100].as_secs_f64() * 1e3;
     let ratio = format!(" p99 beside a dump / alone: {:.2}", p99(&beside) / p99(&quiet));
     rows.push(write_row(engine, &format!("readers beside a dump ({slices} slices), fixed {read_rate}/s"), &beside, &ratio));
