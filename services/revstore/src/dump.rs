@@ -263,13 +263,14 @@ impl Shard {
         while !at.done {
             match self.stream_from(http, &mut at, totals, progress).await {
                 Ok(()) => {}
-                Err(e) if failed + 1 < ATTEMPTS => {
+                Err(Cut::Refused(e)) => return Err(e),
+                Err(Cut::Broken(e)) if failed + 1 < ATTEMPTS => {
                     failed += 1;
                     tracing::warn!(slice = %self.slice, error = %e, "dump stream cut short; resuming from the last checkpoint");
                     tokio::time::sleep(Duration::from_secs(1 << failed)).await;
                     at = read_checkpoint(&self.path)?;
                 }
-                Err(e) => return Err(e),
+                Err(Cut::Broken(e)) => return Err(e),
             }
         }
         Ok(())
@@ -277,18 +278,8 @@ impl Shard {
 
     /// Streams the slice from `at`, appending frames to the shard, until the
     /// stream's end line (or a failure: the file is then cut back at the next
-    /// attempt).
-    async fn stream_from(
-        &self,
-        http: &reqwest::Client,
-        at: &mut Checkpoint,
-        totals: &Totals,
-        progress: &ProgressBar,
-    ) -> Result<(), String> {
-        let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(&self.path).map_err(|e| e.to_string())?;
-        // Whatever follows the last checkpoint was written by a run that did not record it.
-        file.set_len(at.file_bytes).map_err(|e| e.to_string())?;
-        file.seek(std::io::SeekFrom::End(0)).map_err(|e| e.to_string())?;
+    /// attempt). The shard is opened only once current-store has said yes.
+    async fn stream_from(&self, http: &reqwest::Client, at: &mut Checkpoint, totals: &Totals, progress: &ProgressBar) -> Result<(), Cut> {
         let mut url = format!("{}?slice={}&parts={}", self.url, query_value(&self.slice), query_value(&self.parts));
         if let Some(cursor) = &at.cursor {
             url.push_str(&format!("&after={}", query_value(cursor)));
@@ -297,31 +288,37 @@ impl Shard {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        let mut answer = request.send().await.map_err(|e| e.to_string())?;
+        let mut answer = request.send().await.map_err(|e| Cut::Broken(e.to_string()))?;
         if !answer.status().is_success() {
             let status = answer.status();
             let body = answer.text().await.unwrap_or_default();
-            return Err(format!("current-store answered {status}: {}", body.chars().take(300).collect::<String>()));
+            let why = format!("current-store answered {status}: {}", body.chars().take(300).collect::<String>());
+            // A 4xx (a wrong token, a domain or cursor refused) is not changed by asking again.
+            return Err(if status.is_client_error() && status != 429 { Cut::Refused(why) } else { Cut::Broken(why) });
         }
+        let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(&self.path)?;
+        // Whatever follows the last checkpoint was written by a run that did not record it.
+        file.set_len(at.file_bytes)?;
+        file.seek(std::io::SeekFrom::End(0))?;
         let mut frame = FrameWriter::new(file)?;
         // Lines written since the last checkpoint.
         let mut pending = false;
         let (mut buffer, mut since_checkpoint) = (Vec::new(), 0u64);
         let mut next = at.clone();
-        while let Some(chunk) = answer.chunk().await.map_err(|e| e.to_string())? {
+        while let Some(chunk) = answer.chunk().await.map_err(|e| Cut::Broken(e.to_string()))? {
             buffer.extend_from_slice(&chunk);
             let mut start = 0;
             while let Some(end) = buffer[start..].iter().position(|&b| b == b'\n').map(|i| start + i) {
                 let line = &buffer[start..=end];
                 start = end + 1;
-                let parsed: StreamLine = serde_json::from_slice(line).map_err(|e| format!("a line that is not JSON: {e}"))?;
+                let parsed: StreamLine = serde_json::from_slice(line).map_err(|e| Cut::Broken(format!("a line that is not JSON: {e}")))?;
                 if parsed.done.is_some() {
                     // The end line: the slice is complete (this request sets no limit).
                     next.done = parsed.done == Some(true);
                     *at = frame.checkpoint(&self.path, next.clone())?;
                     return match at.done {
                         true => Ok(()),
-                        false => Err("the stream ended before its slice".into()),
+                        false => Err(Cut::Broken("the stream ended before its slice".into())),
                     };
                 }
                 frame.write(line)?;
@@ -344,7 +341,28 @@ impl Shard {
         if pending {
             *at = frame.checkpoint(&self.path, next)?;
         }
-        Err("the stream was cut short".into())
+        Err(Cut::Broken("the stream was cut short".into()))
+    }
+}
+
+/// Why a slice's stream stopped before its end.
+#[derive(Debug)]
+enum Cut {
+    /// current-store refused the request (4xx): asking again changes nothing.
+    Refused(String),
+    /// The connection, the service or the shard's file failed: worth resuming.
+    Broken(String),
+}
+
+impl From<std::io::Error> for Cut {
+    fn from(e: std::io::Error) -> Cut {
+        Cut::Broken(e.to_string())
+    }
+}
+
+impl From<String> for Cut {
+    fn from(e: String) -> Cut {
+        Cut::Broken(e)
     }
 }
 

@@ -14,8 +14,12 @@ const TOKEN: &str = "revstore-dump-test-token";
 const EN: &str = "en.wikipedia.org";
 const PAGES: usize = 150;
 
+const READ_TOKEN: &str = "revstore-dump-read-token-0123";
+
+/// current-store with reads behind a read token, and pages on two domains.
 async fn service_with_pages(engine: Engine, rate: &str) -> revstore_test_service::Service {
-    let s = revstore_test_service::start_on::<CurrentStore>(engine, TOKEN, &["--dump-pages-per-second", rate]).await;
+    let s = revstore_test_service::start_on::<CurrentStore>(engine, TOKEN, &["--dump-pages-per-second", rate, "--read-tokens", READ_TOKEN])
+        .await;
     let http = reqwest::Client::new();
     let put = async |domain: &str, title: String| {
         let url = s.url(&format!("/{domain}/v1/page/{title}/1/{}", revstore_keys::Tid::now()));
@@ -31,11 +35,12 @@ async fn service_with_pages(engine: Engine, rate: &str) -> revstore_test_service
     s
 }
 
-fn dump_command(s: &revstore_test_service::Service, out: &Path, extra: &[&str]) -> Command {
+/// `revstore dump` against the service, its read token in `token_file`.
+fn dump_command(s: &revstore_test_service::Service, out: &Path, token_file: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_revstore"));
     command
         .args(["dump", "--current", "--domain", EN, "--out", out.to_str().expect("utf-8"), "--date", "20261204"])
-        .args(["--current-store-url", &s.url("")])
+        .args(["--current-store-url", &s.url(""), "--read-token-file", token_file.to_str().expect("utf-8")])
         .args(extra)
         .stdin(Stdio::null());
     command
@@ -75,10 +80,23 @@ fn every_page_once(titles: &[String]) {
     assert_eq!(set.into_iter().cloned().collect::<BTreeSet<_>>(), expected, "every page of en, none of de");
 }
 
+fn token_file(token: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(file.path(), token).expect("write token");
+    file
+}
+
 async fn a_dump_writes_every_page_once_with_a_manifest(engine: Engine) {
     let s = service_with_pages(engine, "0").await;
     let out = tempfile::tempdir().expect("tempdir");
-    let run = dump_command(&s, out.path(), &["--parallel", "3"]).output().expect("run");
+    // Reads need the read token: without it, nothing is written and the exit is 1.
+    let wrong = token_file("not-the-read-token-0123");
+    let refused = dump_command(&s, out.path(), wrong.path(), &["--parallel", "3"]).output().expect("run");
+    assert_eq!(refused.status.code(), Some(1), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("401"), "{}", String::from_utf8_lossy(&refused.stderr));
+    let out = tempfile::tempdir().expect("tempdir");
+    let token = token_file(READ_TOKEN);
+    let run = dump_command(&s, out.path(), token.path(), &["--parallel", "3"]).output().expect("run");
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let summary = String::from_utf8_lossy(&run.stdout);
     assert!(summary.contains(&format!("dumped {PAGES} pages of {EN} in 3 shards")), "{summary}");
@@ -87,7 +105,7 @@ async fn a_dump_writes_every_page_once_with_a_manifest(engine: Engine) {
     assert_eq!(manifest["pages"].as_u64(), Some(PAGES as u64));
 
     // Shards of a dump are not overwritten by another run without --resume.
-    let again = dump_command(&s, out.path(), &["--parallel", "3"]).output().expect("run");
+    let again = dump_command(&s, out.path(), token.path(), &["--parallel", "3"]).output().expect("run");
     assert_eq!(again.status.code(), Some(64), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
@@ -95,7 +113,8 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     // Paced by the service, so that the kill lands mid-way.
     let s = service_with_pages(engine, "50").await;
     let out = tempfile::tempdir().expect("tempdir");
-    let mut child = dump_command(&s, out.path(), &["--parallel", "2", "--checkpoint-pages", "5"])
+    let token = token_file(READ_TOKEN);
+    let mut child = dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-pages", "5"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -116,7 +135,8 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     child.wait().expect("reap");
     assert!(!out.path().join(format!("{EN}-20261204-current-manifest.json")).exists(), "killed before its end");
 
-    let resumed = dump_command(&s, out.path(), &["--parallel", "2", "--checkpoint-pages", "5", "--resume"]).output().expect("run");
+    let resumed =
+        dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-pages", "5", "--resume"]).output().expect("run");
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     let (titles, _) = read_dump(out.path(), 2);
     every_page_once(&titles);
