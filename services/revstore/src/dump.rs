@@ -228,8 +228,9 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
     write_atomically(&manifest_path, &serde_json::to_vec_pretty(&manifest).unwrap_or_default()).map_err(DumpError::Failed)?;
     let seconds = started.elapsed().as_secs_f64().max(0.001);
     Ok(format!(
-        "dumped {} pages of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} pages/s this run); manifest {}",
+        "dumped {} page{} of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} pages/s this run); manifest {}",
         manifest.pages,
+        if manifest.pages == 1 { "" } else { "s" },
         manifest.domain,
         manifest.slices,
         manifest.raw_bytes as f64 / 1e6,
