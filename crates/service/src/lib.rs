@@ -37,6 +37,7 @@ pub use revstore_allocator as allocator;
 pub mod access;
 pub mod budget;
 pub mod connections;
+pub mod dump;
 pub mod janitor_admin;
 pub mod launch;
 pub mod middleware;

@@ -191,7 +191,7 @@ impl ServiceDefinition for CurrentStore {
             tracing::warn!(service = "current-store", "no --old-store-url: first renders wait in the outbox until one is configured");
         }
         let sweeps = janitor::sweeps(&pages, old_store.clone());
-        let dumps = std::sync::Arc::new(dump::DumpPacer::new(args.dump_pages_per_second));
+        let dumps = std::sync::Arc::new(revstore_service::dump::DumpPacer::new(args.dump_pages_per_second));
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }

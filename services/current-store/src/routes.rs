@@ -21,10 +21,11 @@ use revstore_service::problem::Problem;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
-use crate::dump::{Dump, DumpPacer, DumpParts, DumpSlice};
+use crate::dump::{Dump, DumpParts};
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
 use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
 use crate::render::{RenderBody, RenderId, SERVED, column, columns, decode_part};
+use revstore_service::dump::{DumpPacer, DumpSlice};
 
 #[derive(Debug, Clone)]
 pub struct AppState {

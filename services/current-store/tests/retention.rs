@@ -45,7 +45,8 @@ async fn rows_held(f: &Fixture, title: &Title) -> usize {
 /// The titles a whole dump of the fixture's domain lists.
 async fn dumped(f: &Fixture) -> Vec<String> {
     use futures_util::TryStreamExt;
-    use revstore_current_store::dump::{Dump, DumpPacer, DumpParts, DumpSlice};
+    use revstore_current_store::dump::{Dump, DumpParts};
+    use revstore_service::dump::{DumpPacer, DumpSlice};
     let dump = Dump {
         domain: f.domain.clone(),
         slice: DumpSlice { k: 0, n: 1 },
