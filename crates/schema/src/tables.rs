@@ -283,6 +283,9 @@ pub mod old_store {
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const SHARD: &str = "shard";
         pub const APPENDED_AT: &str = "appended_at";
+        pub const BUCKET: &str = "bucket";
+        pub const TOKEN: &str = "token";
+        pub const SINCE: &str = "since";
     }
 
     /// One skinny row per archived render, naming the block and the slot (the
@@ -335,6 +338,25 @@ pub mod old_store {
         comment: "multi-revision zstd compression blocks (seed 002)",
     };
 
+    /// The titles of each domain in the token order of their `archive_meta`
+    /// partition, for history dumps (issue #30): as current-store's
+    /// `domain_pages`, 256 buckets by the token's top byte. Written when a
+    /// title's first render is archived (and by the janitor's sweep for
+    /// titles archived before); `since` is the time of that render.
+    pub static ARCHIVE_TITLES: TableDef = TableDef {
+        name: "archive_titles",
+        columns: &[
+            C::partition(col::DOMAIN, Text),
+            C::partition(col::BUCKET, BigInt),
+            C::clustering(col::TOKEN, BigInt, Order::Asc),
+            C::clustering(col::TITLE, Text, Order::Asc),
+            C::regular(col::SINCE, Timestamp),
+        ],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "the archived titles of each domain in partition-token order, for dumps",
+    };
+
     /// Revisions hidden by current-store's suppression: never served again.
     pub static ARCHIVE_SUPPRESSED: TableDef = TableDef {
         name: "archive_suppressed",
@@ -370,7 +392,7 @@ pub mod old_store {
         comment: "blocks still owed a seal-level compaction, one row per appended render",
     };
 
-    pub static TABLES: [&TableDef; 4] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT];
+    pub static TABLES: [&TableDef; 5] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_TITLES, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT];
 }
 
 /// dependency-graph: seed 004, adjacency lists in both directions.
@@ -537,7 +559,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 21] = [
+pub static ALL_TABLES: [&TableDef; 22] = [
     &meta::SCHEMA_META,
     &current_store::CURRENT,
     &current_store::BY_REV,
@@ -550,6 +572,7 @@ pub static ALL_TABLES: [&TableDef; 21] = [
     &current_store::OUTBOX_DEAD_LETTERS,
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,
+    &old_store::ARCHIVE_TITLES,
     &old_store::ARCHIVE_SUPPRESSED,
     &old_store::ARCHIVE_DEBT,
     &dependency_graph::DEPENDENCIES,

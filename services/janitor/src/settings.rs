@@ -13,7 +13,9 @@ use revstore_client::{ClientOptions, HttpClient, JanitorClient};
 /// (the audit last, so that it measures what the others left).
 pub fn swept_by(task: Task) -> &'static [ServiceName] {
     match task {
-        Task::Retention | Task::Archive => &[ServiceName::CurrentStore],
+        // old-store's retention sweep enters archived titles in the dump index.
+        Task::Retention => &[ServiceName::CurrentStore, ServiceName::OldStore],
+        Task::Archive => &[ServiceName::CurrentStore],
         Task::Graph => &[ServiceName::Graph],
         Task::Audit => &ServiceName::ALL,
     }

@@ -24,6 +24,7 @@ mod block;
 mod body;
 mod debt;
 mod error;
+pub mod history;
 mod queue;
 mod routes;
 #[cfg(feature = "testsuite")]
@@ -67,6 +68,8 @@ pub struct Settings {
     pub block_cache_mb: Option<u64>,
     /// Blocks decoded at once; 0: one per CPU, as many as the budget holds.
     pub max_concurrent_decodes: usize,
+    /// Revisions per second that all history dumps of this replica send together (0: no limit).
+    pub dump_revisions_per_second: u32,
 }
 
 impl Default for Settings {
@@ -79,6 +82,7 @@ impl Default for Settings {
             debt_sweep_every: Duration::from_secs(300),
             block_cache_mb: None,
             max_concurrent_decodes: 0,
+            dump_revisions_per_second: 2000,
         }
     }
 }
@@ -128,6 +132,12 @@ pub struct Args {
     /// decoding); 0: one per CPU.
     #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value_t = Settings::default().max_concurrent_decodes)]
     pub max_concurrent_decodes: usize,
+
+    /// Revisions per second that all history dumps (`/dump/history`) served
+    /// by this replica send together, so that dumps leave the node to live
+    /// readers (0: no limit).
+    #[arg(long, env = "REVSTORE_DUMP_REVISIONS_PER_SECOND", default_value_t = Settings::default().dump_revisions_per_second)]
+    pub dump_revisions_per_second: u32,
 }
 
 impl ServiceArgs for Args {
@@ -146,6 +156,7 @@ impl ServiceArgs for Args {
             debt_sweep_every: Duration::from_secs(self.debt_sweep_secs),
             block_cache_mb: self.block_cache_mb,
             max_concurrent_decodes: self.max_concurrent_decodes,
+            dump_revisions_per_second: self.dump_revisions_per_second,
         })
     }
 }
@@ -240,8 +251,12 @@ impl ServiceDefinition for OldStore {
         // Its audit: every live row is entitled (blocks, their index, suppressions,
         // and compaction debt markers until the compactor has paid them).
         let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
-        let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
-        let state = routes::AppState { platform: platform.clone(), archive, debt, titles };
+        let sweeps: Vec<Arc<dyn Sweep>> = vec![
+            Arc::new(history::IndexSweep { store: platform.store().clone() }),
+            Arc::new(AuditSweep::new(platform.store().clone(), tables)),
+        ];
+        let dumps = Arc::new(revstore_service::dump::DumpPacer::new(own.dump_revisions_per_second));
+        let state = routes::AppState { platform: platform.clone(), archive, debt, titles, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }
 }

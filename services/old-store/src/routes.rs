@@ -40,6 +40,8 @@ pub struct AppState {
     pub archive: Archive,
     pub debt: DebtSweeper,
     pub titles: TitleRules,
+    /// The pace all history dumps of this replica share.
+    pub dumps: std::sync::Arc<revstore_service::dump::DumpPacer>,
 }
 
 impl FromRef<AppState> for Access {
@@ -58,6 +60,7 @@ pub fn routes(state: AppState) -> Routes {
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
         .route(&format!("{ARCHIVE}/revisions/{{title_or_rev}}"), get(list_revisions))
         .route(&format!("{ARCHIVE}/history/{{title_or_rev}}"), get(history))
+        .route("/{domain}/v1/dump/history", get(dump_history))
         .route("/admin/compaction", get(compaction_status))
         .route("/admin/compaction/sweep", post(sweep_compaction_debt))
         .with_state(state)
@@ -66,7 +69,17 @@ pub fn routes(state: AppState) -> Routes {
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(title = "revstore old-store", description = "Every old revision, in compressed multi-revision blocks, with random access."),
-    paths(put_render, get_revision, get_render, list_revisions, history, suppress_revision, compaction_status, sweep_compaction_debt),
+    paths(
+        put_render,
+        get_revision,
+        get_render,
+        list_revisions,
+        history,
+        dump_history,
+        suppress_revision,
+        compaction_status,
+        sweep_compaction_debt
+    ),
     components(schemas(ArchiveBody, ArchiveAnswer, ArchivedRevision, RevisionList, CompactionStatus, SweepReport, Problem))
 )]
 pub struct ApiDoc;
@@ -265,6 +278,57 @@ async fn history_line(archive: Archive, domain: Domain, title: Title, at: Locate
     let mut line = serde_json::to_vec(&b).map_err(ArchiveError::internal)?;
     line.push(b'\n');
     Ok(line)
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DumpQuery {
+    slice: Option<String>,
+    after: Option<String>,
+    limit: Option<u64>,
+    parts: Option<String>,
+}
+
+/// Every archived render of every title of the domain whose partition token
+/// falls in slice K of N of the ring, as NDJSON: a line per render (title,
+/// rev, tid, the parts asked for that it has, and `cursor`), a title's renders
+/// in revision order, each block decoded once; then `{"done":true}` at the
+/// slice's end, or `{"done":false,"cursor":…}` when `limit` renders were sent.
+/// Resume with `after=<cursor>`. Suppressed revisions are left out; a stream
+/// cut short by a failure ends without the `done` line.
+#[utoipa::path(get, path = "/{domain}/v1/dump/history",
+    params(
+        ("domain" = String, Path),
+        ("slice" = Option<String>, Query, description = "K/N (default 0/1: the whole domain)"),
+        ("after" = Option<String>, Query, description = "a cursor from an earlier line"),
+        ("limit" = Option<u64>, Query, description = "renders in this response at most"),
+        ("parts" = Option<String>, Query, description = "html (default), wikitext, data-parsoid, section-offsets, comma-separated, or all")),
+    responses((status = 200, description = "application/x-ndjson"), (status = 400, body = Problem), (status = 401, body = Problem)))]
+async fn dump_history(
+    State(state): State<AppState>,
+    Path(domain): Path<String>,
+    query: Result<Query<DumpQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    use crate::history::{HistoryDump, HistoryParts};
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let domain = Domain::parse(&domain)?;
+    let slice = revstore_service::dump::DumpSlice::parse(query.slice.as_deref().unwrap_or("0/1")).map_err(ApiError::bad_request)?;
+    let parts = HistoryParts::parse(query.parts.as_deref()).map_err(ApiError::bad_request)?;
+    if query.limit == Some(0) {
+        return Err(ApiError::bad_request("limit must be at least 1"));
+    }
+    let after = match &query.after {
+        Some(cursor) => Some(HistoryDump::open_cursor(state.archive.store(), &domain, slice, cursor)?),
+        None => None,
+    };
+    let dump = HistoryDump { domain, slice, parts, after, limit: query.limit };
+    let lines = dump.lines(state.archive.clone(), state.dumps.clone()).await?.map_err(|e| {
+        // The status line is sent: the client sees the stream end without its `done` line.
+        tracing::error!(service = "old-store", error = %e, "history dump stream stopped");
+        std::io::Error::other("history dump stream stopped")
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok((StatusCode::OK, headers, Body::from_stream(lines)).into_response())
 }
 
 /// Hide a revision: never served again (forwarded by current-store's suppression).

@@ -14,6 +14,65 @@ use super::{Archive, integrity, key_values};
 use crate::block::{BaseChoice, BlockKey, DecodedBlock, DecodedEntry, Located, decode, located, tid_value};
 use crate::error::ArchiveError;
 
+/// Metadata rows read per request by a history walk.
+const HISTORY_PAGE: u32 = 1000;
+
+/// Where a history walk is: the metadata reads left, the rows read and not
+/// yet sent, and the block decoded last.
+struct Walk {
+    archive: Archive,
+    reads: std::collections::VecDeque<ReadQuery>,
+    located: std::collections::VecDeque<Located>,
+    block: Option<(i64, DecodedBlock)>,
+    /// The title's slots taken when the walk began (read with its first block).
+    committed: Option<i64>,
+    base: BlockKey,
+}
+
+impl Walk {
+    async fn next(&mut self) -> Result<Option<Arc<DecodedEntry>>, ArchiveError> {
+        let at = loop {
+            if let Some(at) = self.located.pop_front() {
+                break at;
+            }
+            let Some(query) = self.reads.pop_front() else { return Ok(None) };
+            let page = self.archive.inner.store.read(&query).await?;
+            if let Some(token) = page.next {
+                self.reads.push_front(query.page_token(Some(token)));
+            }
+            self.located.extend(page.rows.iter().filter_map(located));
+        };
+        let held = self.block.as_ref().filter(|(block, _)| *block == at.block).and_then(|(_, decoded)| decoded.get(at.slot)).cloned();
+        let entry = match held {
+            Some(entry) => entry,
+            None => {
+                let committed = match self.committed {
+                    Some(committed) => committed,
+                    None => {
+                        let statics = self.archive.title_state_row(&self.base).await?;
+                        *self.committed.insert(statics.and_then(|s| s.bigint(col::REV_COUNT)).unwrap_or(0))
+                    }
+                };
+                // A render archived after the walk began is committed too: its metadata row says so.
+                let key = BlockKey { block: at.block, ..self.base.clone() };
+                let decoded = self.archive.decode_block(&key, None, committed.max(at.slot + 1)).await?;
+                metrics::counter!("old_store_dump_blocks_decoded_total", "service" => crate::SERVICE).increment(1);
+                let entry = decoded.get(at.slot).cloned().ok_or_else(|| integrity(&key, format!("slot {} is missing", at.slot)))?;
+                self.block = Some((at.block, decoded));
+                entry
+            }
+        };
+        if entry.rev != at.rev || entry.tid != at.tid {
+            let key = BlockKey { block: at.block, ..self.base.clone() };
+            return Err(integrity(
+                &key,
+                format!("slot {} holds rev {} tid {}, metadata says rev {} tid {}", at.slot, entry.rev, entry.tid, at.rev, at.tid),
+            ));
+        }
+        Ok(Some(entry))
+    }
+}
+
 /// The rows of a block after its compacted frame, one per slot: (slot, rev, tid, chained content).
 type Chain = Vec<(i64, u64, Tid, Vec<u8>)>;
 
@@ -208,6 +267,42 @@ impl Archive {
     ) -> impl Stream<Item = Result<Located, ArchiveError>> + Send + 'static {
         let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(page).columns([col::BLOCK, col::SLOT]);
         self.inner.store.rows(query).try_filter_map(|row| std::future::ready(Ok(located(&row)))).map_err(ArchiveError::from)
+    }
+
+    /// Every render of a title after `after` (revision, tid), in (revision,
+    /// tid) order, decoded. A dump walks a history front to back, so each
+    /// block is decoded whole, once, and kept while its renders are sent —
+    /// not through the block cache, which a dump would only flush. (A render
+    /// archived late, into a later block than the revisions after it, costs
+    /// one more decode of the block it interrupts.)
+    pub fn history(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        after: Option<(u64, Tid)>,
+    ) -> impl Stream<Item = Result<Arc<DecodedEntry>, ArchiveError>> + Send + use<> {
+        let meta = |slice: Slice| {
+            ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(slice).limit(HISTORY_PAGE).columns([col::BLOCK, col::SLOT])
+        };
+        let reads: std::collections::VecDeque<ReadQuery> = match after {
+            None => [meta(Slice::all())].into(),
+            Some((rev, tid)) => {
+                let rev = Value::from(rev as i64);
+                [
+                    meta(Slice::prefix([rev.clone()]).lower(Bound::Excluded(Value::from(tid)))),
+                    meta(Slice::all().lower(Bound::Excluded(rev))),
+                ]
+                .into()
+            }
+        };
+        let base = BlockKey { domain: domain.as_str().to_owned(), title: title.as_str().to_owned(), block: 0 };
+        let walk = Walk { archive: self.clone(), reads, located: std::collections::VecDeque::new(), block: None, committed: None, base };
+        futures_util::stream::try_unfold(walk, |mut walk| async move {
+            match walk.next().await? {
+                Some(entry) => Ok(Some((entry, walk))),
+                None => Ok(None),
+            }
+        })
     }
 
     /// The title's metadata rows in revision order, a page at a time.

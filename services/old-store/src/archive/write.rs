@@ -73,6 +73,10 @@ impl Archive {
                 self.inner.store.write(content),
                 self.inner.store.write(debt::marker(&place.key, place.slot, self.inner.store.now()))
             )?;
+            // A title's first render enters the dump index before it is committed.
+            if state.rev_count.is_none() {
+                self.inner.store.write(crate::history::INDEX.row(domain, title, tid)).await?;
+            }
             if !self.take_slot(domain, title, rev, tid, &state, &place).await? {
                 metrics::counter!("old_store_slot_conflicts_total", "service" => crate::SERVICE).increment(1);
                 // Another writer took the slot: back off a little (jittered) and start over.
@@ -86,6 +90,12 @@ impl Archive {
             return Ok(ArchiveOutcome::Stored);
         }
         Err(ArchiveError::Contended)
+    }
+
+    /// The statics of a title's `archive_meta` partition, by a block key of the title.
+    pub(super) async fn title_state_row(&self, key: &BlockKey) -> Result<Option<Row>, ArchiveError> {
+        let (domain, title) = (Value::from(key.domain.as_str()), Value::from(key.title.as_str()));
+        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, [domain, title]).limit(1).columns([col::REV_COUNT])).await?.statics)
     }
 
     /// The title's allocation state: the statics of `archive_meta`.

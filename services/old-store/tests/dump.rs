@@ -1,0 +1,203 @@
+//! Dumps of a domain's archived revisions (`GET /{domain}/v1/dump/history`),
+//! as a client reads them, and the sweep that indexes titles archived before
+//! the dump index existed.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{Engine, TOKEN, start_on};
+use futures_util::TryStreamExt;
+use revstore_keys::{Domain, Tid, TidGenerator};
+use serde_json::{Value, json};
+
+const EN: &str = "en.wikipedia.org";
+/// Revisions per block: small, so that histories span several blocks.
+const PER_BLOCK: u64 = 4;
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn archive(s: &common::Service, domain: &str, title: &str, rev: u64, tid: Tid) {
+    let body = json!({ "html": format!("<p>{title} r{rev}</p>"), "wikitext": format!("{title} r{rev}") });
+    let url = s.url(&format!("/{domain}/v1/archive/{title}/{rev}/{tid}"));
+    let status = client().put(url).bearer_auth(TOKEN).json(&body).send().await.expect("send").status();
+    assert_eq!(status, 201, "{title} {rev}");
+}
+
+/// Titles on en with 1 to 11 revisions (revision numbers rising, not
+/// contiguous), one revision suppressed; a few titles on de. The expected
+/// dump of en: (title, revisions in order).
+async fn wiki(s: &common::Service) -> (BTreeMap<String, Vec<u64>>, u64) {
+    let tids = TidGenerator::new();
+    let (mut expected, mut blocks) = (BTreeMap::new(), 0);
+    for i in 0..12u64 {
+        let title = format!("Title_{i}");
+        let revs: Vec<u64> = (0..=(i % 11)).map(|n| 1000 * i + 3 * n + 1).collect();
+        for &rev in &revs {
+            archive(s, EN, &title, rev, tids.next_at(std::time::SystemTime::now())).await;
+        }
+        blocks += (revs.len() as u64).div_ceil(PER_BLOCK);
+        expected.insert(title, revs);
+    }
+    for i in 0..3 {
+        archive(s, "de.wikipedia.org", &format!("Seite_{i}"), 1, Tid::now()).await;
+    }
+    let suppress = client().post(s.url(&format!("/{EN}/v1/archive/Title_5/5010/suppress"))).bearer_auth(TOKEN).send().await.expect("send");
+    assert_eq!(suppress.status(), 204);
+    expected.get_mut("Title_5").expect("Title_5").retain(|&r| r != 5010);
+    (expected, blocks)
+}
+
+async fn dump(s: &common::Service, domain: &str, query: &str) -> (Vec<Value>, Value) {
+    let answer = client().get(s.url(&format!("/{domain}/v1/dump/history?{query}"))).send().await.expect("send");
+    assert_eq!(answer.status(), 200, "{query}");
+    assert_eq!(answer.headers()["content-type"], "application/x-ndjson");
+    let text = answer.text().await.expect("body");
+    let mut lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let end = lines.pop().expect("an end line");
+    assert!(end.get("done").is_some(), "the stream ends with its end line: {end}");
+    (lines, end)
+}
+
+/// The lines as (title, revisions in the order sent), checking that a
+/// title's renders come together.
+fn histories(lines: &[Value]) -> BTreeMap<String, Vec<u64>> {
+    let mut seen: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut last: Option<String> = None;
+    for line in lines {
+        let title = line["title"].as_str().expect("title").to_owned();
+        if last.as_deref() != Some(&title) {
+            assert!(!seen.contains_key(&title), "{title}'s renders are not together");
+        }
+        seen.entry(title.clone()).or_default().push(line["rev"].as_u64().expect("rev"));
+        last = Some(title);
+    }
+    seen
+}
+
+async fn blocks_decoded(s: &common::Service) -> u64 {
+    let metrics = client().get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
+    metrics
+        .lines()
+        .find(|l| l.starts_with("old_store_dump_blocks_decoded_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .map_or(0, |n| n as u64)
+}
+
+async fn a_history_dump_holds_every_revision_once_in_order(engine: Engine) {
+    let per_block = PER_BLOCK.to_string();
+    let s = start_on(engine, &["--block-max-revisions", &per_block, "--dump-revisions-per-second", "0"]).await;
+    let (expected, blocks) = wiki(&s).await;
+
+    let before = blocks_decoded(&s).await;
+    let (whole, end) = dump(&s, EN, "parts=html,wikitext").await;
+    assert_eq!(end, json!({ "done": true }));
+    assert_eq!(histories(&whole), expected, "every revision once, in order, none suppressed, nothing of de");
+    assert_eq!(blocks_decoded(&s).await - before, blocks, "each block decoded once");
+    let line = &whole[0];
+    let (title, rev) = (line["title"].as_str().expect("title"), line["rev"].as_u64().expect("rev"));
+    assert_eq!(
+        (line["html"].as_str(), line["wikitext"].as_str()),
+        (Some(&*format!("<p>{title} r{rev}</p>")), Some(&*format!("{title} r{rev}")))
+    );
+    assert!(line["tid"].is_string() && line["cursor"].is_string(), "{line}");
+
+    let (html_only, _) = dump(&s, EN, "limit=3").await;
+    assert!(html_only.iter().all(|l| l["html"].is_string() && l.get("wikitext").is_none()), "{html_only:?}");
+
+    // Three slices together: the same histories.
+    let mut sliced = Vec::new();
+    for k in 0..3 {
+        let (lines, end) = dump(&s, EN, &format!("slice={k}/3")).await;
+        assert_eq!(end["done"], true);
+        sliced.extend(lines);
+    }
+    assert_eq!(histories(&sliced), expected);
+
+    // Pages of 5 renders, resumed from cursors in the middle of histories.
+    let (mut paged, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let query = after.as_ref().map_or("limit=5".to_owned(), |c| format!("limit=5&after={c}"));
+        let (lines, end) = dump(&s, EN, &query).await;
+        paged.extend(lines.iter().map(|l| (l["title"].clone(), l["rev"].clone())));
+        if end["done"] == true {
+            break;
+        }
+        after = Some(end["cursor"].as_str().expect("cursor").to_owned());
+    }
+    let whole_keys: Vec<(Value, Value)> = whole.iter().map(|l| (l["title"].clone(), l["rev"].clone())).collect();
+    assert_eq!(paged, whole_keys, "resumed pages continue in the same order, without gap or repeat");
+
+    let (de, _) = dump(&s, "de.wikipedia.org", "").await;
+    assert_eq!(de.len(), 3);
+}
+
+async fn bad_dump_requests_are_refused(engine: Engine) {
+    let s = start_on(engine, &["--dump-revisions-per-second", "0"]).await;
+    wiki(&s).await;
+    let (first, _) = dump(&s, EN, "slice=0/2&limit=1").await;
+    let cursor = first[0]["cursor"].as_str().expect("cursor").to_owned();
+    for query in [
+        format!("slice=1/2&after={cursor}"),
+        format!("after={cursor}x"),
+        "after=AAAA".into(),
+        "slice=2/2".into(),
+        "slice=0/0".into(),
+        "parts=bogus".into(),
+        "limit=0".into(),
+    ] {
+        let answer = client().get(s.url(&format!("/{EN}/v1/dump/history?{query}"))).send().await.expect("send");
+        assert_eq!(answer.status(), 400, "{query}");
+    }
+    let foreign = client().get(s.url(&format!("/de.wikipedia.org/v1/dump/history?slice=0/2&after={cursor}"))).send().await.expect("send");
+    assert_eq!(foreign.status(), 400);
+}
+
+/// A title archived before the index existed (its metadata row alone) enters
+/// the index with the janitor's retention sweep.
+async fn the_sweep_indexes_titles_archived_before_the_index(engine: Engine) {
+    use revstore_old_store::history::{INDEX, IndexSweep};
+    use revstore_service::dump::DumpSlice;
+    use revstore_service::janitor_admin::{Sweep, SweepPosition};
+    let (store, _guard) = common::store_on(engine).await;
+    let domain = Domain::parse(EN).expect("domain");
+    for title in ["Old_one", "Old_two"] {
+        let row = revstore_storage::Upsert::new(
+            &revstore_schema::tables::old_store::ARCHIVE_META,
+            [
+                revstore_storage::Value::from(EN),
+                revstore_storage::Value::from(title),
+                revstore_storage::Value::from(1i64),
+                revstore_storage::Value::from(Tid::now()),
+            ],
+        )
+        .set("block", 0i64)
+        .set("slot", 0i64);
+        store.write(row).await.expect("a metadata row of schema 5");
+    }
+    let indexed = async || -> Vec<String> {
+        INDEX.titles(&store, &domain, DumpSlice { k: 0, n: 1 }, None).map_ok(|t| t.title).try_collect().await.expect("index")
+    };
+    assert_eq!(indexed().await, Vec::<String>::new());
+    let sweep = IndexSweep { store: store.clone() };
+    assert_eq!(sweep.task(), revstore_api::janitor::Task::Retention);
+    let mut at = SweepPosition::start_of(0);
+    loop {
+        let stepped = sweep.step(at, 1, false).await.expect("step");
+        match stepped.next {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    let titles: BTreeSet<String> = indexed().await.into_iter().collect();
+    assert_eq!(titles, ["Old_one".to_owned(), "Old_two".to_owned()].into());
+}
+
+revstore_test_service::on_both_engines!(
+    a_history_dump_holds_every_revision_once_in_order,
+    bad_dump_requests_are_refused,
+    the_sweep_indexes_titles_archived_before_the_index,
+);
