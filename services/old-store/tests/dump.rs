@@ -77,6 +77,11 @@ fn histories(lines: &[Value]) -> BTreeMap<String, Vec<u64>> {
     seen
 }
 
+/// Held by a test while it dumps: the services of this file's tests run in
+/// one process and share its metrics, so a count of blocks decoded is only
+/// one dump's when no other test dumps meanwhile.
+static DUMPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn blocks_decoded(s: &common::Service) -> u64 {
     let metrics = client().get(s.url("/metrics")).send().await.expect("send").text().await.expect("text");
     metrics
@@ -92,11 +97,13 @@ async fn a_history_dump_holds_every_revision_once_in_order(engine: Engine) {
     let s = start_on(engine, &["--block-max-revisions", &per_block, "--dump-revisions-per-second", "0"]).await;
     let (expected, blocks) = wiki(&s).await;
 
+    let counting = DUMPING.lock().await;
     let before = blocks_decoded(&s).await;
     let (whole, end) = dump(&s, EN, "parts=html,wikitext").await;
     assert_eq!(end, json!({ "done": true }));
     assert_eq!(histories(&whole), expected, "every revision once, in order, none suppressed, nothing of de");
     assert_eq!(blocks_decoded(&s).await - before, blocks, "each block decoded once");
+    drop(counting);
     let line = &whole[0];
     let (title, rev) = (line["title"].as_str().expect("title"), line["rev"].as_u64().expect("rev"));
     assert_eq!(
@@ -138,7 +145,10 @@ async fn a_history_dump_holds_every_revision_once_in_order(engine: Engine) {
 async fn bad_dump_requests_are_refused(engine: Engine) {
     let s = start_on(engine, &["--dump-revisions-per-second", "0"]).await;
     wiki(&s).await;
-    let (first, _) = dump(&s, EN, "slice=0/2&limit=1").await;
+    let (first, _) = {
+        let _dumping = DUMPING.lock().await;
+        dump(&s, EN, "slice=0/2&limit=1").await
+    };
     let cursor = first[0]["cursor"].as_str().expect("cursor").to_owned();
     for query in [
         format!("slice=1/2&after={cursor}"),
