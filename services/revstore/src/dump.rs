@@ -1,21 +1,24 @@
-//! `revstore dump`: a whole domain's current renders, as the HTML dumps wikis
-//! publish them — NDJSON, one object per page, zstd-compressed, in shards
-//! fetched in parallel, with a manifest.
+//! `revstore dump`: a whole domain's current renders, or its archived
+//! revisions, as the HTML dumps wikis publish them — NDJSON, one object per
+//! page (or revision), zstd-compressed, in shards fetched in parallel, with a
+//! manifest.
 //!
 //! ```text
 //! revstore dump --current --domain en.wikipedia.org --out dumps/ --parallel 4
+//! revstore dump --history --domain en.wikipedia.org --out dumps/ --parallel 4 --parts html,wikitext
 //! revstore dump --current --domain en.wikipedia.org --out dumps/ --parallel 4 --resume
 //! ```
-//! Shard K of N (`D-<date>-current-<K>-of-<N>.ndjson.zst`, K from 0) holds
-//! the pages of slice K/N of current-store's `/dump/current`. Every
-//! `--checkpoint-pages` pages a shard's zstd frame is closed, the file synced,
-//! and the last page's cursor recorded beside it (`….state.json`); a dump
-//! killed and run again with `--resume` cuts each shard back to its last
-//! checkpoint and continues from that cursor (zstd frames concatenate), so
-//! the shards hold every page once. A stream cut short is resumed the same
-//! way, a few times, before the dump gives up. At the end: the manifest
-//! (`D-<date>-current-manifest.json`: per shard its pages, bytes of NDJSON,
-//! bytes on disk and SHA-256) and a summary line.
+//! Shard K of N (`D-<date>-<kind>-<K>-of-<N>.ndjson.zst`, K from 0, kind
+//! `current` or `history`) holds slice K/N of current-store's `/dump/current`
+//! or old-store's `/dump/history`. Every `--checkpoint-every` lines a shard's
+//! zstd frame is closed, the file synced, and the last line's cursor recorded
+//! beside it (`….state.json`); a dump killed and run again with `--resume`
+//! cuts each shard back to its last checkpoint and continues from that
+//! cursor (zstd frames concatenate), so the shards hold every line once. A
+//! stream cut short is resumed the same way, a few times, before the dump
+//! gives up. At the end: the manifest (`D-<date>-<kind>-manifest.json`: per
+//! shard its lines, bytes of NDJSON, bytes on disk and SHA-256) and a
+//! summary line.
 //!
 //! Exit status: 0 when every shard is complete; 1 when some could not be;
 //! 64 on bad arguments (or shards of another run in the way without `--resume`).
@@ -34,8 +37,12 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, clap::Args)]
 pub struct DumpArgs {
     /// Dump the latest render of every page (from current-store).
-    #[arg(long, required = true)]
+    #[arg(long, conflicts_with = "history", required_unless_present = "history")]
     pub current: bool,
+
+    /// Dump every archived revision of every page (from old-store).
+    #[arg(long)]
+    pub history: bool,
 
     /// The wiki's domain.
     #[arg(long)]
@@ -49,7 +56,7 @@ pub struct DumpArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub parallel: u32,
 
-    /// Parts of each page: html, data-parsoid, section-offsets (comma-separated) or all.
+    /// Parts of each line: html, data-parsoid, section-offsets, wikitext (history only), comma-separated, or all.
     #[arg(long, default_value = "html")]
     pub parts: String,
 
@@ -61,26 +68,42 @@ pub struct DumpArgs {
     #[arg(long)]
     pub date: Option<String>,
 
-    /// current-store's base URL.
+    /// current-store's base URL (for --current).
     #[arg(long, env = "REVSTORE_CURRENT_STORE_URL", default_value = "http://127.0.0.1:8081")]
     pub current_store_url: String,
+
+    /// old-store's base URL (for --history).
+    #[arg(long, env = "REVSTORE_OLD_STORE_URL", default_value = "http://127.0.0.1:8082")]
+    pub old_store_url: String,
 
     /// A file whose first token is sent as the read token (when reads need one).
     #[arg(long, env = "REVSTORE_READ_TOKEN_FILE")]
     pub read_token_file: Option<PathBuf>,
 
-    /// Pages between checkpoints of a shard.
+    /// Lines (pages or revisions) between checkpoints of a shard.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub checkpoint_pages: u64,
+    pub checkpoint_every: u64,
+}
+
+impl DumpArgs {
+    /// `current` or `history`, the service that serves it, and its dump URL.
+    fn kind(&self) -> (&'static str, &'static str, String) {
+        match self.history {
+            true => ("history", "old-store", format!("{}/{}/v1/dump/history", self.old_store_url.trim_end_matches('/'), self.domain)),
+            false => {
+                ("current", "current-store", format!("{}/{}/v1/dump/current", self.current_store_url.trim_end_matches('/'), self.domain))
+            }
+        }
+    }
 }
 
 /// What a shard's checkpoint records: enough to cut the file back to it and
 /// go on from the page after it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 struct Checkpoint {
-    /// The cursor of the last page written (`None`: from the slice's start).
+    /// The cursor of the last line written (`None`: from the slice's start).
     cursor: Option<String>,
-    pages: u64,
+    lines: u64,
     /// NDJSON bytes written (uncompressed).
     raw_bytes: u64,
     /// Bytes of the shard file at the checkpoint.
@@ -92,7 +115,7 @@ struct Checkpoint {
 struct ManifestShard {
     file: String,
     slice: String,
-    pages: u64,
+    lines: u64,
     raw_bytes: u64,
     bytes: u64,
     sha256: String,
@@ -105,7 +128,7 @@ struct Manifest {
     kind: &'static str,
     parts: String,
     slices: u32,
-    pages: u64,
+    lines: u64,
     raw_bytes: u64,
     bytes: u64,
     shards: Vec<ManifestShard>,
@@ -158,7 +181,8 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
         None => None,
     };
     std::fs::create_dir_all(&args.out).map_err(|e| DumpError::Usage(format!("{}: {e}", args.out.display())))?;
-    let base = format!("{}-{date}-current", args.domain);
+    let (kind, service, url) = args.kind();
+    let base = format!("{}-{date}-{kind}", args.domain);
     let shard_name = |k: u32| format!("{base}-{k}-of-{}.ndjson.zst", args.parallel);
     if !args.resume {
         for k in 0..args.parallel {
@@ -170,7 +194,7 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
     }
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| DumpError::Failed(e.to_string()))?;
     let progress = ProgressBar::new_spinner();
-    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {pos} pages, {msg}").expect("a valid template"));
+    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {pos} lines, {msg}").expect("a valid template"));
     progress.enable_steady_tick(Duration::from_millis(200));
     let totals = Arc::new(Totals::default());
     let started = Instant::now();
@@ -179,10 +203,11 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
         let shard = Shard {
             path: args.out.join(shard_name(k)),
             slice: format!("{k}/{}", args.parallel),
-            url: format!("{}/{}/v1/dump/current", args.current_store_url.trim_end_matches('/'), args.domain),
+            url: url.clone(),
+            service,
             parts: args.parts.clone(),
             token: token.clone(),
-            checkpoint_pages: args.checkpoint_pages,
+            checkpoint_every: args.checkpoint_every,
         };
         let (http, totals, progress) = (http.clone(), totals.clone(), progress.clone());
         slices.spawn(async move { shard.run(&http, &totals, &progress).await.map_err(|e| format!("shard {}: {e}", shard.slice)) });
@@ -207,7 +232,7 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
         shards.push(ManifestShard {
             file: shard_name(k),
             slice: format!("{k}/{}", args.parallel),
-            pages: checkpoint.pages,
+            lines: checkpoint.lines,
             raw_bytes: checkpoint.raw_bytes,
             bytes,
             sha256,
@@ -216,10 +241,10 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
     let manifest = Manifest {
         domain: args.domain.clone(),
         date,
-        kind: "current",
+        kind,
         parts: args.parts.clone(),
         slices: args.parallel,
-        pages: shards.iter().map(|s| s.pages).sum(),
+        lines: shards.iter().map(|s| s.lines).sum(),
         raw_bytes: shards.iter().map(|s| s.raw_bytes).sum(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
         shards,
@@ -227,22 +252,27 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
     let manifest_path = args.out.join(format!("{base}-manifest.json"));
     write_atomically(&manifest_path, &serde_json::to_vec_pretty(&manifest).unwrap_or_default()).map_err(DumpError::Failed)?;
     let seconds = started.elapsed().as_secs_f64().max(0.001);
+    let noun = match (kind, manifest.lines == 1) {
+        ("history", true) => "revision",
+        ("history", false) => "revisions",
+        (_, true) => "page",
+        (_, false) => "pages",
+    };
     Ok(format!(
-        "dumped {} page{} of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} pages/s this run); manifest {}",
-        manifest.pages,
-        if manifest.pages == 1 { "" } else { "s" },
+        "dumped {} {noun} of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} lines/s this run); manifest {}",
+        manifest.lines,
         manifest.domain,
         manifest.slices,
         manifest.raw_bytes as f64 / 1e6,
         manifest.bytes as f64 / 1e6,
-        totals.pages.load(Ordering::Relaxed) as f64 / seconds,
+        totals.lines.load(Ordering::Relaxed) as f64 / seconds,
         manifest_path.display()
     ))
 }
 
 #[derive(Debug, Default)]
 struct Totals {
-    pages: AtomicU64,
+    lines: AtomicU64,
     raw_bytes: AtomicU64,
 }
 
@@ -252,9 +282,11 @@ struct Shard {
     path: PathBuf,
     slice: String,
     url: String,
+    /// Which service serves `url`, for messages.
+    service: &'static str,
     parts: String,
     token: Option<String>,
-    checkpoint_pages: u64,
+    checkpoint_every: u64,
 }
 
 impl Shard {
@@ -279,7 +311,7 @@ impl Shard {
 
     /// Streams the slice from `at`, appending frames to the shard, until the
     /// stream's end line (or a failure: the file is then cut back at the next
-    /// attempt). The shard is opened only once current-store has said yes.
+    /// attempt). The shard is opened only once the service has said yes.
     async fn stream_from(&self, http: &reqwest::Client, at: &mut Checkpoint, totals: &Totals, progress: &ProgressBar) -> Result<(), Cut> {
         let mut url = format!("{}?slice={}&parts={}", self.url, query_value(&self.slice), query_value(&self.parts));
         if let Some(cursor) = &at.cursor {
@@ -293,7 +325,7 @@ impl Shard {
         if !answer.status().is_success() {
             let status = answer.status();
             let body = answer.text().await.unwrap_or_default();
-            let why = format!("current-store answered {status}: {}", body.chars().take(300).collect::<String>());
+            let why = format!("{} answered {status}: {}", self.service, body.chars().take(300).collect::<String>());
             // A 4xx (a wrong token, a domain or cursor refused) is not changed by asking again.
             return Err(if status.is_client_error() && status != 429 { Cut::Refused(why) } else { Cut::Broken(why) });
         }
@@ -324,14 +356,14 @@ impl Shard {
                 }
                 frame.write(line)?;
                 next.cursor = parsed.cursor;
-                next.pages += 1;
+                next.lines += 1;
                 next.raw_bytes += line.len() as u64;
                 since_checkpoint += 1;
                 pending = true;
-                totals.pages.fetch_add(1, Ordering::Relaxed);
+                totals.lines.fetch_add(1, Ordering::Relaxed);
                 totals.raw_bytes.fetch_add(line.len() as u64, Ordering::Relaxed);
                 progress.inc(1);
-                if since_checkpoint >= self.checkpoint_pages {
+                if since_checkpoint >= self.checkpoint_every {
                     *at = frame.checkpoint(&self.path, next.clone())?;
                     (since_checkpoint, pending) = (0, false);
                 }
@@ -349,7 +381,7 @@ impl Shard {
 /// Why a slice's stream stopped before its end.
 #[derive(Debug)]
 enum Cut {
-    /// current-store refused the request (4xx): asking again changes nothing.
+    /// The service refused the request (4xx): asking again changes nothing.
     Refused(String),
     /// The connection, the service or the shard's file failed: worth resuming.
     Broken(String),

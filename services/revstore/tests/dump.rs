@@ -63,7 +63,7 @@ fn read_dump(out: &Path, slices: u32) -> (Vec<String>, serde_json::Value) {
         assert_eq!(shard["raw_bytes"].as_u64(), Some(text.len() as u64));
         let lines: Vec<serde_json::Value> =
             text.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).expect("line")).collect();
-        assert_eq!(shard["pages"].as_u64(), Some(lines.len() as u64));
+        assert_eq!(shard["lines"].as_u64(), Some(lines.len() as u64));
         for line in lines {
             let title = line["title"].as_str().expect("title").to_owned();
             assert_eq!(line["html"], format!("<p>{title}</p>"));
@@ -89,11 +89,11 @@ fn token_file(token: &str) -> tempfile::NamedTempFile {
 async fn a_dump_writes_every_page_once_with_a_manifest(engine: Engine) {
     let s = service_with_pages(engine, "0").await;
     let out = tempfile::tempdir().expect("tempdir");
-    // Reads need the read token: without it, nothing is written and the exit is 1.
+    // Reads need a read token: with another, nothing is written and the exit is 1.
     let wrong = token_file("not-the-read-token-0123");
     let refused = dump_command(&s, out.path(), wrong.path(), &["--parallel", "3"]).output().expect("run");
     assert_eq!(refused.status.code(), Some(1), "{}", String::from_utf8_lossy(&refused.stderr));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("401"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("current-store answered 40"), "{}", String::from_utf8_lossy(&refused.stderr));
     let out = tempfile::tempdir().expect("tempdir");
     let token = token_file(READ_TOKEN);
     let run = dump_command(&s, out.path(), token.path(), &["--parallel", "3"]).output().expect("run");
@@ -102,7 +102,7 @@ async fn a_dump_writes_every_page_once_with_a_manifest(engine: Engine) {
     assert!(summary.contains(&format!("dumped {PAGES} pages of {EN} in 3 shards")), "{summary}");
     let (titles, manifest) = read_dump(out.path(), 3);
     every_page_once(&titles);
-    assert_eq!(manifest["pages"].as_u64(), Some(PAGES as u64));
+    assert_eq!(manifest["lines"].as_u64(), Some(PAGES as u64));
 
     // Shards of a dump are not overwritten by another run without --resume.
     let again = dump_command(&s, out.path(), token.path(), &["--parallel", "3"]).output().expect("run");
@@ -114,7 +114,7 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     let s = service_with_pages(engine, "50").await;
     let out = tempfile::tempdir().expect("tempdir");
     let token = token_file(READ_TOKEN);
-    let mut child = dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-pages", "5"])
+    let mut child = dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-every", "5"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -123,7 +123,7 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     let started = Instant::now();
     loop {
         let pages =
-            std::fs::read(&state).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).and_then(|v| v["pages"].as_u64());
+            std::fs::read(&state).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).and_then(|v| v["lines"].as_u64());
         if pages.is_some_and(|p| p >= 10) {
             break;
         }
@@ -136,7 +136,7 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     assert!(!out.path().join(format!("{EN}-20261204-current-manifest.json")).exists(), "killed before its end");
 
     let resumed =
-        dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-pages", "5", "--resume"]).output().expect("run");
+        dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-every", "5", "--resume"]).output().expect("run");
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     let (titles, _) = read_dump(out.path(), 2);
     every_page_once(&titles);

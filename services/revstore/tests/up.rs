@@ -231,6 +231,30 @@ async fn import_loads_the_sample_wiki_history_and_templates_into_the_running_sys
     let children: Vec<&str> = dependents["items"].as_array().expect("items").iter().map(|d| d["child"].as_str().expect("child")).collect();
     assert!(children.len() >= 10 && children.iter().all(|c| c.starts_with("User")), "{children:?}");
 
+    // A dump of the wiki's history holds every imported revision once.
+    let out = tempfile::tempdir().expect("tempdir");
+    let dumped = Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .args(["dump", "--history", "--domain", "aa.wikipedia.org", "--parts", "wikitext", "--parallel", "3", "--date", "20260101"])
+        .args(["--out", out.path().to_str().expect("utf-8"), "--old-store-url", &format!("http://127.0.0.1:{old}")])
+        .output()
+        .expect("run revstore dump");
+    assert!(dumped.status.success(), "{}", String::from_utf8_lossy(&dumped.stderr));
+    assert!(String::from_utf8_lossy(&dumped.stdout).contains("dumped 1307 revisions of aa.wikipedia.org in 3 shards"));
+    let mut seen = std::collections::BTreeSet::new();
+    let mut main_page = 0;
+    for k in 0..3 {
+        let shard = std::fs::read(out.path().join(format!("aa.wikipedia.org-20260101-history-{k}-of-3.ndjson.zst"))).expect("shard");
+        let text = zstd::decode_all(shard.as_slice()).expect("zstd");
+        for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let line: serde_json::Value = serde_json::from_slice(line).expect("json");
+            assert!(line["wikitext"].is_string() && line.get("html").is_none(), "{line}");
+            let title = line["title"].as_str().expect("title").to_owned();
+            main_page += usize::from(title == "Main_Page");
+            assert!(seen.insert((title, line["rev"].as_u64().expect("rev"))), "a revision twice: {line}");
+        }
+    }
+    assert_eq!((seen.len(), main_page), (1307, 81), "the import's 1,307 revisions, Main Page's 81");
+
     // Read back, everything identical; a second import changes nothing.
     let verified = import(dir.path(), old, graph, &["--verify"]);
     let report = String::from_utf8_lossy(&verified.stderr);
