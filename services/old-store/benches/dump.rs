@@ -14,7 +14,9 @@
 //!    (default 2) at once, unpaced (`--dump-revisions-per-second 0`), with the
 //!    service's peak RSS;
 //! 3. **decode limit** (embedded only): the service stopped, every sealed
-//!    block's zstd frame decoded in this process, one after the other.
+//!    block's zstd frame decoded in this process, one after the other;
+//! 4. **readers beside a dump**: one client reading random revisions, p99
+//!    alone and while a dump at the default pace runs.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -139,6 +141,40 @@ async fn main() {
         "| history dump, {slices} slices | {lines} | {seconds:.2} | **{:.0}** | {:.0} MB |",
         html_bytes / 1e6 / seconds,
         peak.load(Ordering::Relaxed) as f64 / 1024.0
+    );
+    Arc::into_inner(service).unwrap().stop();
+
+    // 4. Readers beside a dump at the default pace: one client reading
+    // random revisions (warm cache), alone, then while a dump runs.
+    let paced: Vec<&str> = extra.iter().copied().skip(2).collect();
+    let service = Arc::new(Service::start(dir.path(), &paced).await);
+    let pick = {
+        let html: Arc<Vec<Arc<[u8]>>> = Arc::new(html.iter().map(|h| Arc::from(h.as_bytes())).collect());
+        move || {
+            let (t, i) = (rand::random_range(0..titles), rand::random_range(0..html.len()));
+            (format!("/{DOMAIN}/v1/archive/html/Title_{t}/{}", 1 + i), html[i].clone())
+        }
+    };
+    common::random_reads(&service, 1, 1000, pick.clone()).await;
+    let alone = common::random_reads(&service, 1, 2000, pick.clone()).await;
+    let dumping = tokio::spawn({
+        let service = service.clone();
+        async move {
+            let url = format!("{}/{DOMAIN}/v1/dump/history", service.base);
+            let mut answer = service.http.get(url).send().await.unwrap();
+            while answer.chunk().await.unwrap().is_some() {}
+        }
+    });
+    let beside = common::random_reads(&service, 1, 2000, pick).await;
+    let dump_still_running = !dumping.is_finished();
+    dumping.await.unwrap();
+    let p99 = |r: &common::Reads| common::percentile(&r.latencies, 0.99);
+    println!(
+        "\nreaders (1 client, random revisions), p99 alone {:.2} ms, beside a dump at the default pace {:.2} ms: **{:.2}x**{}",
+        p99(&alone),
+        p99(&beside),
+        p99(&beside) / p99(&alone),
+        if dump_still_running { "" } else { " (the dump ended before the readers did)" }
     );
     Arc::into_inner(service).unwrap().stop();
 
