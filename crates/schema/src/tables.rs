@@ -7,6 +7,17 @@ use crate::model::{Column as C, Compaction, Order, TableDef};
 /// A week, Cassandra's usual bound for rows that only expire.
 const WEEK: u32 = 7 * 86_400;
 
+/// The columns of a dump's title index (`revstore_service::dump::TitleIndex`):
+/// a domain's titles in the token order of the partitions they index, in 256
+/// buckets by the token's top byte; `since` is when the title was entered.
+const TITLE_INDEX: [C; 5] = [
+    C::partition("domain", Text),
+    C::partition("bucket", BigInt),
+    C::clustering("token", BigInt, Order::Asc),
+    C::clustering("title", Text, Order::Asc),
+    C::regular("since", Timestamp),
+];
+
 /// Schema bookkeeping shared by all services: which version each one applied.
 pub mod meta {
     use super::*;
@@ -35,7 +46,6 @@ pub mod current_store {
     /// a compile error.
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
-        pub const BUCKET: &str = "bucket";
         pub const DATA_PARSOID: &str = "data_parsoid";
         pub const DOMAIN: &str = "domain";
         pub const FAILED_AT: &str = "failed_at";
@@ -47,14 +57,12 @@ pub mod current_store {
         pub const REV: &str = "rev";
         pub const SECTION_OFFSETS: &str = "section_offsets";
         pub const SHARD: &str = "shard";
-        pub const SINCE: &str = "since";
         pub const STORED_AT: &str = "stored_at";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const TRACE: &str = "trace";
         pub const TID: &str = "tid";
         pub const TITLE: &str = "title";
-        pub const TOKEN: &str = "token";
     }
 
     /// The latest render of each revision a title still has here. Clustered by
@@ -164,13 +172,7 @@ pub mod current_store {
     /// deleted with the page; `since` is the time of the render that wrote it.
     pub static DOMAIN_PAGES: TableDef = TableDef {
         name: "domain_pages",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::BUCKET, BigInt),
-            C::clustering(col::TOKEN, BigInt, Order::Asc),
-            C::clustering(col::TITLE, Text, Order::Asc),
-            C::regular(col::SINCE, Timestamp),
-        ],
+        columns: &TITLE_INDEX,
         default_ttl: None,
         compaction: Compaction::Leveled,
         comment: "the pages of each domain in partition-token order, for dumps",
@@ -283,9 +285,6 @@ pub mod old_store {
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const SHARD: &str = "shard";
         pub const APPENDED_AT: &str = "appended_at";
-        pub const BUCKET: &str = "bucket";
-        pub const TOKEN: &str = "token";
-        pub const SINCE: &str = "since";
     }
 
     /// One skinny row per archived render, naming the block and the slot (the
@@ -345,13 +344,7 @@ pub mod old_store {
     /// titles archived before); `since` is the time of that render.
     pub static ARCHIVE_TITLES: TableDef = TableDef {
         name: "archive_titles",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::BUCKET, BigInt),
-            C::clustering(col::TOKEN, BigInt, Order::Asc),
-            C::clustering(col::TITLE, Text, Order::Asc),
-            C::regular(col::SINCE, Timestamp),
-        ],
+        columns: &TITLE_INDEX,
         default_ttl: None,
         compaction: Compaction::Leveled,
         comment: "the archived titles of each domain in partition-token order, for dumps",

@@ -19,6 +19,8 @@ use revstore_keys::{Domain, Tid, Title, composite_key_bytes, murmur3_token};
 use revstore_storage::value::{decode_values, encode_values};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, StoreError, TableDef, TokenRange, Upsert, Value};
 
+use crate::ApiError;
+
 /// Index partitions per domain: a token's top byte.
 pub const BUCKETS: i64 = 256;
 /// The most slices a dump may be cut into.
@@ -203,6 +205,84 @@ impl DumpCursors {
             _ => Err(StoreError::invalid("cursor does not name a title of this slice")),
         }
     }
+}
+
+/// A dump request's query: `slice=K/N` (default `0/1`), `after=CURSOR`,
+/// `limit=L` (lines in this response at most), `parts=…` (the service's).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct DumpQuery {
+    pub slice: Option<String>,
+    pub after: Option<String>,
+    pub limit: Option<u64>,
+    pub parts: Option<String>,
+}
+
+impl DumpQuery {
+    /// The query, or a 400 saying what is wrong with it.
+    pub fn parse(
+        query: Result<axum::extract::Query<DumpQuery>, axum::extract::rejection::QueryRejection>,
+    ) -> Result<(DumpQuery, DumpSlice), ApiError> {
+        let axum::extract::Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+        let slice = DumpSlice::parse(query.slice.as_deref().unwrap_or("0/1")).map_err(ApiError::bad_request)?;
+        if query.limit == Some(0) {
+            return Err(ApiError::bad_request("limit must be at least 1"));
+        }
+        Ok((query, slice))
+    }
+}
+
+/// How a dump stream ends: `{"done":true}` after the slice's last line,
+/// `{"done":false,"cursor":…}` after `limit` lines. A stream cut by a
+/// failure ends with neither, which is how a client tells it apart.
+#[derive(serde::Serialize)]
+struct End {
+    done: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<String>,
+}
+
+/// A dump's lines — each with the cursor that resumes after it — at most
+/// `limit` of them, then the end line.
+pub fn with_end_line<E: Send + 'static>(
+    lines: impl Stream<Item = Result<(String, Vec<u8>), E>> + Send + 'static,
+    limit: Option<u64>,
+) -> impl Stream<Item = Result<Vec<u8>, E>> + Send + 'static {
+    let limit = limit.unwrap_or(u64::MAX);
+    futures_util::stream::unfold((Box::pin(lines), 0u64, None::<String>, false), move |(mut lines, sent, last, ended)| async move {
+        if ended {
+            return None;
+        }
+        if sent >= limit {
+            return Some((Ok(json_line(&End { done: false, cursor: last.clone() })), (lines, sent, last, true)));
+        }
+        match futures_util::StreamExt::next(&mut lines).await {
+            Some(Ok((cursor, line))) => Some((Ok(line), (lines, sent + 1, Some(cursor), false))),
+            Some(Err(e)) => Some((Err(e), (lines, sent, last, true))),
+            None => Some((Ok(json_line(&End { done: true, cursor: None })), (lines, sent, last, true))),
+        }
+    })
+}
+
+/// A value as one NDJSON line.
+pub fn json_line(value: &impl serde::Serialize) -> Vec<u8> {
+    let mut line = serde_json::to_vec(value).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The 200 answer streaming a dump's lines. A failure after the status line
+/// is logged and ends the body (without its end line).
+pub fn ndjson_answer<E: std::fmt::Display + Send + 'static>(
+    service: &'static str,
+    lines: impl Stream<Item = Result<Vec<u8>, E>> + Send + 'static,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = lines.map_err(move |e| {
+        tracing::error!(service, error = %e, "dump stream stopped");
+        std::io::Error::other("dump stream stopped")
+    });
+    let headers = [(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/x-ndjson"))];
+    (axum::http::StatusCode::OK, headers, axum::body::Body::from_stream(body)).into_response()
 }
 
 /// Spaces out what every dump of this replica reads, so that dumps together

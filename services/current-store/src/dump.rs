@@ -21,7 +21,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use revstore_keys::{Domain, FirstLetterCase, Tid, Title, TitleRules};
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, col};
-use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex};
+use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex, json_line, with_end_line};
 use revstore_storage::{Delete, Store, Upsert, Value};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -106,15 +106,6 @@ struct Line<'a> {
     cursor: String,
 }
 
-/// The line that ends a dump stream: `done` when the slice is exhausted, else
-/// the cursor to resume from (the request's `limit` was reached).
-#[derive(Serialize)]
-struct End {
-    done: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cursor: Option<String>,
-}
-
 /// A dump of one slice of one domain's current renders.
 #[derive(Debug, Clone)]
 pub struct Dump {
@@ -148,51 +139,25 @@ impl Dump {
     ) -> Result<impl Stream<Item = Result<Vec<u8>, PagesError>> + Send + 'static, PagesError> {
         let mut positions = Box::pin(INDEX.titles(&pages.store, &self.domain, self.slice, self.after.as_ref()));
         let first = positions.next().await.transpose()?;
-        let limit = self.limit.unwrap_or(u64::MAX);
+        let limit = self.limit;
         let dump = Arc::new(self);
-        let store = pages.store.clone();
-        let renders = futures_util::stream::iter(first.map(Ok))
+        let lines = futures_util::stream::iter(first.map(Ok))
             .chain(positions)
             .map_err(PagesError::from)
-            .map_ok({
-                let dump = dump.clone();
-                move |at| {
-                    let (dump, pages, pacer) = (dump.clone(), pages.clone(), pacer.clone());
-                    async move {
-                        pacer.wait_turn().await;
-                        dump.line(&pages, &at).await.map(|line| (at, line))
-                    }
+            .map_ok(move |at| {
+                let (dump, pages, pacer) = (dump.clone(), pages.clone(), pacer.clone());
+                async move {
+                    pacer.wait_turn().await;
+                    dump.line(&pages, &at).await
                 }
             })
             .try_buffered(READS_IN_FLIGHT)
-            .try_filter_map(|(at, line)| std::future::ready(Ok(line.map(|l| (at, l)))));
-        // Stop after `limit` lines, then say where to resume; the end line
-        // follows the last page of the slice.
-        let end = futures_util::stream::unfold(
-            (Box::pin(renders), 0u64, None::<IndexedTitle>, false),
-            move |(mut renders, sent, last, ended)| {
-                let (dump, store) = (dump.clone(), store.clone());
-                async move {
-                    if ended {
-                        return None;
-                    }
-                    if sent >= limit {
-                        let end = End { done: false, cursor: last.as_ref().map(|at| dump.seal(&store, at)) };
-                        return Some((Ok(json_line(&end)), (renders, sent, last, true)));
-                    }
-                    match renders.next().await {
-                        Some(Ok((at, line))) => Some((Ok(line), (renders, sent + 1, Some(at), false))),
-                        Some(Err(e)) => Some((Err(e), (renders, sent, last, true))),
-                        None => Some((Ok(json_line(&End { done: true, cursor: None })), (renders, sent, last, true))),
-                    }
-                }
-            },
-        );
-        Ok(end)
+            .try_filter_map(|line| std::future::ready(Ok(line)));
+        Ok(with_end_line(lines, limit))
     }
 
-    /// The line of one page, or `None` when it has no render to show.
-    async fn line(&self, pages: &Pages, at: &IndexedTitle) -> Result<Option<Vec<u8>>, PagesError> {
+    /// The line of one page and its cursor, or `None` when it has no render to show.
+    async fn line(&self, pages: &Pages, at: &IndexedTitle) -> Result<Option<(String, Vec<u8>)>, PagesError> {
         // Stored titles are normalised already; case-sensitive rules keep them as they are.
         let title = Title::parse(&at.title, TitleRules { first_letter: FirstLetterCase::Sensitive })
             .map_err(|e| PagesError::Corrupt(format!("indexed title: {e}")))?;
@@ -228,14 +193,8 @@ impl Dump {
             section_offsets: section_offsets.as_deref(),
             cursor: self.seal(&pages.store, at),
         };
-        Ok(Some(json_line(&line)))
+        Ok(Some((line.cursor.clone(), json_line(&line))))
     }
-}
-
-fn json_line(value: &impl Serialize) -> Vec<u8> {
-    let mut line = serde_json::to_vec(value).unwrap_or_default();
-    line.push(b'\n');
-    line
 }
 
 #[cfg(test)]

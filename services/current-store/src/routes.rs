@@ -13,7 +13,6 @@ use axum::extract::{FromRef, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use futures_util::TryStreamExt;
 use revstore_api::{ArchiveBody, Bundle, Part, Selection, paths};
 use revstore_client::{ClientError, OldStoreClient};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};
@@ -25,7 +24,7 @@ use crate::dump::{Dump, DumpParts};
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
 use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
 use crate::render::{RenderBody, RenderId, SERVED, column, columns, decode_part};
-use revstore_service::dump::{DumpPacer, DumpSlice};
+use revstore_service::dump::{DumpPacer, DumpQuery, ndjson_answer};
 
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -414,14 +413,6 @@ struct DeadLetterList {
     next: Option<String>,
 }
 
-#[derive(Debug, serde::Deserialize)]
-struct DumpQuery {
-    slice: Option<String>,
-    after: Option<String>,
-    limit: Option<u64>,
-    parts: Option<String>,
-}
-
 /// The latest render of every page of the domain whose partition token falls
 /// in slice K of N of the ring, as NDJSON: a line per page (title, rev, tid,
 /// rendered_at, the parts asked for, and `cursor`), then `{"done":true}` at
@@ -442,26 +433,15 @@ async fn dump_current(
     Path(domain): Path<String>,
     query: Result<Query<DumpQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (query, slice) = DumpQuery::parse(query)?;
     let domain = Domain::parse(&domain)?;
-    let slice = DumpSlice::parse(query.slice.as_deref().unwrap_or("0/1")).map_err(ApiError::bad_request)?;
     let parts = DumpParts::parse(query.parts.as_deref()).map_err(ApiError::bad_request)?;
-    if query.limit == Some(0) {
-        return Err(ApiError::bad_request("limit must be at least 1"));
-    }
     let after = match &query.after {
         Some(cursor) => Some(Dump::open_cursor(&state.pages.store, &domain, slice, cursor)?),
         None => None,
     };
     let dump = Dump { domain, slice, parts, after, limit: query.limit };
-    let lines = dump.lines(state.pages.clone(), state.dumps.clone()).await?.map_err(|e| {
-        // The status line is sent: the client sees the stream end without its `done` line.
-        tracing::error!(service = "current-store", error = %e, "dump stream stopped");
-        std::io::Error::other("dump stream stopped")
-    });
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-    Ok((StatusCode::OK, headers, axum::body::Body::from_stream(lines)).into_response())
+    Ok(ndjson_answer("current-store", dump.lines(state.pages.clone(), state.dumps.clone()).await?))
 }
 
 #[derive(Debug, serde::Deserialize)]

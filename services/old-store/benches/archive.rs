@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{DOMAIN, Service, TOKEN, arg, dir_bytes, random_reads};
-use serde_json::json;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -36,18 +35,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let service = Arc::new(Service::start(dir.path(), &[]).await);
     let started = Instant::now();
-    let mut writers = Vec::new();
-    for t in 0..titles {
-        let (service, html) = (service.clone(), html.clone());
-        writers.push(tokio::spawn(async move {
-            for (i, h) in html.iter().enumerate() {
-                service.archive(&format!("Title_{t}"), 1 + i as u64, &json!({ "html": h })).await;
-            }
-        }));
-    }
-    for w in writers {
-        w.await.unwrap();
-    }
+    common::archive_copies(&service, titles, &html).await;
     let elapsed = started.elapsed();
     let revisions = titles * html.len();
     let raw_mb = (titles * html.iter().map(String::len).sum::<usize>()) as f64 / 1e6;

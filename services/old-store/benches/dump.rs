@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{DOMAIN, Service, arg};
-use serde_json::json;
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -53,18 +52,7 @@ async fn main() {
     println!("engine: {engine}; {titles} titles x {} revisions of Anarchism HTML ({:.1} MB)\n", html.len(), html_bytes / 1e6);
 
     let started = Instant::now();
-    let mut writers = Vec::new();
-    for t in 0..titles {
-        let (service, html) = (service.clone(), html.clone());
-        writers.push(tokio::spawn(async move {
-            for (i, h) in html.iter().enumerate() {
-                service.archive(&format!("Title_{t}"), 1 + i as u64, &json!({ "html": h })).await;
-            }
-        }));
-    }
-    for w in writers {
-        w.await.unwrap();
-    }
+    common::archive_copies(&service, titles, &html).await;
     service.at_rest().await;
     println!("archived and compacted in {:.1} s\n", started.elapsed().as_secs_f64());
     // Each measurement starts from a fresh process: no block decoded yet.

@@ -17,7 +17,7 @@ use futures_util::{Stream, StreamExt, TryStreamExt};
 use revstore_api::janitor::{StepReport, Task};
 use revstore_keys::{Domain, FirstLetterCase, Tid, Title, TitleRules};
 use revstore_schema::tables::old_store::{ARCHIVE_META, ARCHIVE_TITLES};
-use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex};
+use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex, json_line, with_end_line};
 use revstore_service::janitor_admin::{Stepped, Sweep, SweepError, SweepPosition};
 use revstore_storage::{ScanQuery, Store, Value};
 use serde::Serialize;
@@ -91,14 +91,6 @@ struct Line<'a> {
     cursor: String,
 }
 
-/// The end of a stream, as current-store's dumps end theirs.
-#[derive(Serialize)]
-struct End {
-    done: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cursor: Option<String>,
-}
-
 /// A dump of one slice of one domain's archived revisions.
 #[derive(Debug, Clone)]
 pub struct HistoryDump {
@@ -153,23 +145,7 @@ impl HistoryDump {
                 move |(title, after)| dump.clone().title_lines(archive.clone(), pacer.clone(), title, after)
             })
             .try_flatten();
-        let limit = dump.limit.unwrap_or(u64::MAX);
-        Ok(futures_util::stream::unfold(
-            (Box::pin(renders), 0u64, None::<String>, false),
-            move |(mut renders, sent, last, ended)| async move {
-                if ended {
-                    return None;
-                }
-                if sent >= limit {
-                    return Some((Ok(json_line(&End { done: false, cursor: last.clone() })), (renders, sent, last, true)));
-                }
-                match renders.next().await {
-                    Some(Ok((cursor, line))) => Some((Ok(line), (renders, sent + 1, Some(cursor), false))),
-                    Some(Err(e)) => Some((Err(e), (renders, sent, last, true))),
-                    None => Some((Ok(json_line(&End { done: true, cursor: None })), (renders, sent, last, true))),
-                }
-            },
-        ))
+        Ok(with_end_line(renders, dump.limit))
     }
 
     /// The lines of one title's renders after `after`: (cursor, line).
@@ -227,12 +203,6 @@ impl HistoryDump {
         };
         Ok(json_line(&line))
     }
-}
-
-fn json_line(value: &impl Serialize) -> Vec<u8> {
-    let mut line = serde_json::to_vec(value).unwrap_or_default();
-    line.push(b'\n');
-    line
 }
 
 /// The janitor's retention sweep here: every archived title entered in the

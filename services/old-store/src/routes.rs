@@ -280,14 +280,6 @@ async fn history_line(archive: Archive, domain: Domain, title: Title, at: Locate
     Ok(line)
 }
 
-#[derive(Debug, serde::Deserialize)]
-struct DumpQuery {
-    slice: Option<String>,
-    after: Option<String>,
-    limit: Option<u64>,
-    parts: Option<String>,
-}
-
 /// Every archived render of every title of the domain whose partition token
 /// falls in slice K of N of the ring, as NDJSON: a line per render (title,
 /// rev, tid, the parts asked for that it has, and `cursor`), a title's renders
@@ -306,29 +298,18 @@ struct DumpQuery {
 async fn dump_history(
     State(state): State<AppState>,
     Path(domain): Path<String>,
-    query: Result<Query<DumpQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<revstore_service::dump::DumpQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     use crate::history::{HistoryDump, HistoryParts};
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (query, slice) = revstore_service::dump::DumpQuery::parse(query)?;
     let domain = Domain::parse(&domain)?;
-    let slice = revstore_service::dump::DumpSlice::parse(query.slice.as_deref().unwrap_or("0/1")).map_err(ApiError::bad_request)?;
     let parts = HistoryParts::parse(query.parts.as_deref()).map_err(ApiError::bad_request)?;
-    if query.limit == Some(0) {
-        return Err(ApiError::bad_request("limit must be at least 1"));
-    }
     let after = match &query.after {
         Some(cursor) => Some(HistoryDump::open_cursor(state.archive.store(), &domain, slice, cursor)?),
         None => None,
     };
     let dump = HistoryDump { domain, slice, parts, after, limit: query.limit };
-    let lines = dump.lines(state.archive.clone(), state.dumps.clone()).await?.map_err(|e| {
-        // The status line is sent: the client sees the stream end without its `done` line.
-        tracing::error!(service = "old-store", error = %e, "history dump stream stopped");
-        std::io::Error::other("history dump stream stopped")
-    });
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-    Ok((StatusCode::OK, headers, Body::from_stream(lines)).into_response())
+    Ok(revstore_service::dump::ndjson_answer("old-store", dump.lines(state.archive.clone(), state.dumps.clone()).await?))
 }
 
 /// Hide a revision: never served again (forwarded by current-store's suppression).

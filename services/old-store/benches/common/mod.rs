@@ -130,6 +130,23 @@ impl Drop for Service {
     }
 }
 
+/// Archives `titles` copies of a history (`Title_0`, …; revisions 1, 2, …),
+/// one writer per title, all at once.
+pub async fn archive_copies(service: &Arc<Service>, titles: usize, history: &Arc<Vec<String>>) {
+    let mut writers = Vec::new();
+    for t in 0..titles {
+        let (service, history) = (service.clone(), history.clone());
+        writers.push(tokio::spawn(async move {
+            for (i, h) in history.iter().enumerate() {
+                service.archive(&format!("Title_{t}"), 1 + i as u64, &serde_json::json!({ "html": h })).await;
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+}
+
 /// Bytes in the files of a data directory.
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
