@@ -394,6 +394,19 @@ pub async fn assert_router_matches_openapi(service: &Service, token: &str) {
 /// Runs each named async test case (`async fn case(engine: Engine)`) on each
 /// engine: `embedded::case` always, `cassandra::case` when run with `--ignored`
 /// against `REVSTORE_TEST_CASSANDRA` (scripts/test does).
+/// A whole dump answer (`/dump/current`, `/dump/history`) read as a client
+/// reads it: a 200 of NDJSON, its lines, then its end line (`done`).
+pub async fn read_dump(url: &str) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let answer = reqwest::get(url).await.expect("send");
+    assert_eq!(answer.status(), 200, "{url}");
+    assert_eq!(answer.headers()["content-type"], "application/x-ndjson");
+    let text = answer.text().await.expect("body");
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let end = lines.pop().expect("an end line");
+    assert!(end.get("done").is_some(), "the stream ends with its end line: {end}");
+    (lines, end)
+}
+
 #[macro_export]
 macro_rules! on_both_engines {
     ($($case:ident),* $(,)?) => {

@@ -27,14 +27,7 @@ async fn put_at(base: &str, domain: &str, title: &str, rev: u64) -> u16 {
 
 /// A whole dump response: its page lines, then its end line.
 async fn dump(s: &common::Service, domain: &str, query: &str) -> (Vec<Value>, Value) {
-    let answer = client().get(s.url(&format!("/{domain}/v1/dump/current?{query}"))).send().await.expect("send");
-    assert_eq!(answer.status(), 200, "{query}");
-    assert_eq!(answer.headers()["content-type"], "application/x-ndjson");
-    let text = answer.text().await.expect("body");
-    let mut lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-    let end = lines.pop().expect("an end line");
-    assert!(end.get("done").is_some(), "the stream ends with its end line: {end}");
-    (lines, end)
+    revstore_test_service::read_dump(&s.url(&format!("/{domain}/v1/dump/current?{query}"))).await
 }
 
 fn titles(lines: &[Value]) -> Vec<String> {

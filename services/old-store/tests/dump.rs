@@ -51,14 +51,7 @@ async fn wiki(s: &common::Service) -> (BTreeMap<String, Vec<u64>>, u64) {
 }
 
 async fn dump(s: &common::Service, domain: &str, query: &str) -> (Vec<Value>, Value) {
-    let answer = client().get(s.url(&format!("/{domain}/v1/dump/history?{query}"))).send().await.expect("send");
-    assert_eq!(answer.status(), 200, "{query}");
-    assert_eq!(answer.headers()["content-type"], "application/x-ndjson");
-    let text = answer.text().await.expect("body");
-    let mut lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-    let end = lines.pop().expect("an end line");
-    assert!(end.get("done").is_some(), "the stream ends with its end line: {end}");
-    (lines, end)
+    revstore_test_service::read_dump(&s.url(&format!("/{domain}/v1/dump/history?{query}"))).await
 }
 
 /// The lines as (title, revisions in the order sent), checking that a
