@@ -159,6 +159,49 @@ async fn bad_dump_requests_are_refused(engine: Engine) {
     assert_eq!(foreign.status(), 400);
 }
 
+/// Revisions archived while a (paced) dump reads the same titles: every
+/// revision archived before the dump began is in it once, and every line is
+/// one whole render (its revision and its content belong together).
+async fn archives_during_a_dump_never_tear_a_line(engine: Engine) {
+    let s = start_on(engine, &["--block-max-revisions", "4", "--dump-revisions-per-second", "100"]).await;
+    let tids = TidGenerator::new();
+    for i in 0..8 {
+        for rev in 1..=5 {
+            archive(&s, EN, &format!("Busy_{i}"), rev, tids.next_at(std::time::SystemTime::now())).await;
+        }
+    }
+    let writer = {
+        let base = s.url("");
+        tokio::spawn(async move {
+            for rev in 6..=10 {
+                for i in 0..8 {
+                    let title = format!("Busy_{i}");
+                    let body = json!({ "html": format!("<p>{title} r{rev}</p>"), "wikitext": format!("{title} r{rev}") });
+                    let url = format!("{base}/{EN}/v1/archive/{title}/{rev}/{}", Tid::now());
+                    assert_eq!(client().put(url).bearer_auth(TOKEN).json(&body).send().await.expect("send").status(), 201);
+                }
+            }
+        })
+    };
+    let (lines, end) = {
+        let _dumping = DUMPING.lock().await;
+        dump(&s, EN, "parts=all").await
+    };
+    writer.await.expect("writer");
+    assert_eq!(end["done"], true);
+    for line in &lines {
+        let (title, rev) = (line["title"].as_str().expect("title"), line["rev"].as_u64().expect("rev"));
+        assert_eq!(line["html"], format!("<p>{title} r{rev}</p>"), "one render's revision and content");
+        assert_eq!(line["wikitext"], format!("{title} r{rev}"));
+    }
+    let histories = histories(&lines);
+    for (title, revs) in &histories {
+        assert!(revs.windows(2).all(|w| w[0] < w[1]), "{title}: {revs:?}");
+        assert_eq!(revs[..5], [1, 2, 3, 4, 5], "{title}: what was archived before the dump, once each");
+    }
+    assert_eq!(histories.len(), 8);
+}
+
 /// A title archived before the index existed (its metadata row alone) enters
 /// the index with the janitor's retention sweep.
 async fn the_sweep_indexes_titles_archived_before_the_index(engine: Engine) {
@@ -202,5 +245,6 @@ async fn the_sweep_indexes_titles_archived_before_the_index(engine: Engine) {
 revstore_test_service::on_both_engines!(
     a_history_dump_holds_every_revision_once_in_order,
     bad_dump_requests_are_refused,
+    archives_during_a_dump_never_tear_a_line,
     the_sweep_indexes_titles_archived_before_the_index,
 );
