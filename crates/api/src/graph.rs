@@ -13,7 +13,7 @@ pub const MAX_FRAGMENT_ID_BYTES: usize = 256;
 
 /// One dependency of a child page on a parent page, as a client writes it.
 /// One edge per (parent, child, type): every fragment of the pair is named in
-/// the selectors (update coalescing, seed 004).
+/// the selectors, so that one change of the parent is one update of the child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Edge {

@@ -223,24 +223,42 @@ mod tests {
         assert_ne!(structure(&ddl), structure(&ddl.replace(&format!("default_time_to_live = {ttl}"), "default_time_to_live = 1")));
         assert_ne!(structure(&ddl), structure(&ddl.replace("ASC", "DESC")));
     }
+    use crate::model::Column as C;
+    use crate::model::ColumnType::{BigInt, Blob, Text, TimeUuid};
     use crate::tables::{current_store, old_store};
 
+    /// Rows kept a day, then expired: the table shape that compacts by time windows.
+    static EXPIRING: TableDef = TableDef {
+        name: "expiring",
+        columns: &[
+            C::partition("domain", Text),
+            C::partition("title", Text),
+            C::partition("rev", BigInt),
+            C::partition("tid", TimeUuid),
+            C::regular("html", Blob),
+        ],
+        default_ttl: Some(86_400),
+        compaction: Compaction::TimeWindow,
+        comment: "rows that only expire",
+    };
+
     #[test]
-    fn current_table_ddl() {
+    fn page_renders_ddl() {
         assert_eq!(
-            create_table("revstore", &current_store::CURRENT),
-            r#"CREATE TABLE IF NOT EXISTS "revstore"."current" (
+            create_table("revstore", &current_store::PAGE_RENDERS),
+            r#"CREATE TABLE IF NOT EXISTS "revstore"."page_renders" (
     "domain" text,
     "title" text,
     "rev" bigint,
     "tid" timeuuid,
+    "stored_at" timestamp,
     "html" blob,
     "data_parsoid" blob,
     "section_offsets" blob,
-    PRIMARY KEY (("domain", "title"), "rev")
-) WITH CLUSTERING ORDER BY ("rev" DESC)
+    PRIMARY KEY (("domain", "title"), "rev", "tid")
+) WITH CLUSTERING ORDER BY ("rev" DESC, "tid" DESC)
     AND compaction = {'class': 'LeveledCompactionStrategy'}
-    AND comment = 'latest render of the latest revision per title (seed 000 option 1b)'"#
+    AND comment = 'every render of a page, newest first, kept until superseded for the grace period'"#
         );
     }
 
@@ -249,36 +267,36 @@ mod tests {
         let meta = create_table("ks", &old_store::ARCHIVE_META);
         assert!(meta.contains("\"rev_count\" bigint static,"), "{meta}");
         assert!(meta.contains("PRIMARY KEY ((\"domain\", \"title\"), \"rev\", \"tid\")"), "{meta}");
-        let by_tid = create_table("ks", &current_store::BY_TID);
-        assert!(by_tid.contains("PRIMARY KEY ((\"domain\", \"title\", \"rev\", \"tid\"))"), "{by_tid}");
-        assert!(by_tid.contains("default_time_to_live = 86400"), "{by_tid}");
-        assert!(!by_tid.contains("CLUSTERING ORDER"), "{by_tid}");
+        let expiring = create_table("ks", &EXPIRING);
+        assert!(expiring.contains("PRIMARY KEY ((\"domain\", \"title\", \"rev\", \"tid\"))"), "{expiring}");
+        assert!(expiring.contains("default_time_to_live = 86400"), "{expiring}");
+        assert!(!expiring.contains("CLUSTERING ORDER"), "{expiring}");
     }
 
     #[test]
     fn expiring_tables_compact_by_hour_windows_and_keep_tombstones_three_hours() {
-        let by_tid = create_table("ks", &current_store::BY_TID);
+        let expiring = create_table("ks", &EXPIRING);
         assert!(
-            by_tid.contains(
+            expiring.contains(
                 "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS', \
                  'compaction_window_size': '1', 'unchecked_tombstone_compaction': 'true', 'tombstone_compaction_interval': '3600'}"
             ),
-            "{by_tid}"
+            "{expiring}"
         );
-        assert!(by_tid.contains("gc_grace_seconds = 10800"), "{by_tid}");
+        assert!(expiring.contains("gc_grace_seconds = 10800"), "{expiring}");
         assert_eq!(
-            alter_options("ks", &current_store::BY_TID),
-            "ALTER TABLE \"ks\".\"by_tid\" WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS', \
+            alter_options("ks", &EXPIRING),
+            "ALTER TABLE \"ks\".\"expiring\" WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS', \
              'compaction_window_size': '1', 'unchecked_tombstone_compaction': 'true', 'tombstone_compaction_interval': '3600'} \
              AND gc_grace_seconds = 10800"
         );
         // Tables that are not TTL-only keep Cassandra's gc_grace_seconds.
-        assert!(!create_table("ks", &current_store::CURRENT).contains("gc_grace_seconds"));
+        assert!(!create_table("ks", &current_store::PAGE_RENDERS).contains("gc_grace_seconds"));
     }
 
     #[test]
     fn options_are_compared_with_what_the_cluster_describes() {
-        let options = table_options(&current_store::BY_TID);
+        let options = table_options(&EXPIRING);
         let described = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let applied = described(&[
             ("class", "org.apache.cassandra.db.compaction.TimeWindowCompactionStrategy"),
@@ -292,7 +310,7 @@ mod tests {
         assert!(!options.applied_in(&applied, 864_000), "Cassandra's default gc_grace_seconds");
         let before = described(&[("class", "org.apache.cassandra.db.compaction.TimeWindowCompactionStrategy"), ("max_threshold", "32")]);
         assert!(!options.applied_in(&before, 10_800), "windows of a day, Cassandra's default");
-        let leveled = table_options(&current_store::CURRENT);
+        let leveled = table_options(&current_store::PAGE_RENDERS);
         assert!(leveled.applied_in(&described(&[("class", "org.apache.cassandra.db.compaction.LeveledCompactionStrategy")]), 864_000));
     }
 

@@ -37,7 +37,7 @@ pub mod meta {
     };
 }
 
-/// current-store: seed 000, option 1b with copy-on-update.
+/// current-store: every render of a page in one partition, newest first.
 pub mod current_store {
     use super::*;
 
@@ -65,83 +65,7 @@ pub mod current_store {
         pub const TITLE: &str = "title";
     }
 
-    /// The latest render of each revision a title still has here. Clustered by
-    /// revision descending so an older revision can never shadow a newer one;
-    /// cells are written with the tid's time as write timestamp, so re-renders of
-    /// one revision resolve by render time whatever order they arrive in.
-    pub static CURRENT: TableDef = TableDef {
-        name: "current",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::clustering(col::REV, BigInt, Order::Desc),
-            C::regular(col::TID, TimeUuid),
-            C::regular(col::HTML, Blob),
-            C::regular(col::DATA_PARSOID, Blob),
-            C::regular(col::SECTION_OFFSETS, Blob),
-        ],
-        default_ttl: None,
-        compaction: Compaction::Leveled,
-        comment: "latest render of the latest revision per title (seed 000 option 1b)",
-    };
-
-    /// The latest render of a given revision, kept for the grace TTL after it is
-    /// superseded (copy-on-update). Written and read by current-store until
-    /// issue #17, which answers from `renders` and `by_tid` instead; kept here
-    /// until a schema change drops it (it is empty one grace TTL after the
-    /// upgrade).
-    pub static BY_REV: TableDef = TableDef {
-        name: "by_rev",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::partition(col::REV, BigInt),
-            C::regular(col::TID, TimeUuid),
-            C::regular(col::HTML, Blob),
-            C::regular(col::DATA_PARSOID, Blob),
-            C::regular(col::SECTION_OFFSETS, Blob),
-        ],
-        default_ttl: Some(86_400),
-        compaction: Compaction::TimeWindow,
-        comment: "latest render per revision, kept for the grace TTL after being superseded",
-    };
-
-    /// A given render of a given revision, kept for the grace TTL.
-    pub static BY_TID: TableDef = TableDef {
-        name: "by_tid",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::partition(col::REV, BigInt),
-            C::partition(col::TID, TimeUuid),
-            C::regular(col::HTML, Blob),
-            C::regular(col::DATA_PARSOID, Blob),
-            C::regular(col::SECTION_OFFSETS, Blob),
-        ],
-        default_ttl: Some(86_400),
-        compaction: Compaction::TimeWindow,
-        comment: "each render by tid, kept for the grace TTL after being superseded",
-    };
-
-    /// Which renders of a title current-store holds: one skinny row per render,
-    /// kept for the grace TTL, so a title's renders can be listed (and deleted)
-    /// without knowing their revisions; the newest tid of a revision here is
-    /// its latest render in the grace period. Content lives in `by_tid`.
-    pub static RENDERS: TableDef = TableDef {
-        name: "renders",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::clustering(col::REV, BigInt, Order::Desc),
-            C::clustering(col::TID, TimeUuid, Order::Desc),
-        ],
-        default_ttl: Some(86_400),
-        compaction: Compaction::TimeWindow,
-        comment: "renders held per title, for listing and deletion",
-    };
-
-    /// Every render of a page, newest first (seed 000 option 2, issue #29):
-    /// the latest render is the first row, a superseded one stays a row until
+    /// Every render of a page, newest first: the latest render is the first row, a superseded one stays a row until
     /// it has been superseded for the grace period, then a write of the page
     /// or the janitor's retention sweep range-deletes it. `stored_at` is when
     /// the row was written (a late write can carry an old tid): a render is
@@ -160,11 +84,11 @@ pub mod current_store {
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "every render of a page, newest first, kept until superseded for the grace period (seed 000 option 2)",
+        comment: "every render of a page, newest first, kept until superseded for the grace period",
     };
 
     /// The pages of each domain in the token order of their `page_renders`
-    /// partition (issue #30): a dump of one domain walks its own rows, never
+    /// partition: a dump of one domain walks its own rows, never
     /// another domain's. `bucket` is the token's top byte, so a domain's pages
     /// spread over 256 partitions and a slice of the ring reads only the
     /// buckets it covers. A row is written with a page's first render (and by
@@ -219,8 +143,8 @@ pub mod current_store {
             OUTBOX_ROW[6],
             OUTBOX_ROW[7],
             OUTBOX_ROW[8],
-            // Added in version 6: the W3C `traceparent` of the write that
-            // queued the row, so that its delivery continues that trace.
+            // The W3C `traceparent` of the write that queued the row, so
+            // that its delivery continues that trace.
             C::regular(col::TRACE, Text),
         ],
         default_ttl: Some(4 * WEEK),
@@ -253,11 +177,10 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 9] =
-        [&CURRENT, &BY_REV, &BY_TID, &RENDERS, &PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
+    pub static TABLES: [&TableDef; 5] = [&PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
 }
 
-/// old-store: seed 002, compression blocks and a metadata table.
+/// old-store: multi-revision compression blocks and a metadata table.
 pub mod old_store {
     use super::*;
 
@@ -290,7 +213,7 @@ pub mod old_store {
     /// One skinny row per archived render, naming the block and the slot (the
     /// append position in the title's history) that hold it. The statics are
     /// the per-title allocation state, advanced only by a lightweight
-    /// transaction on `rev_count`: the seed's counter, the number of slots taken.
+    /// transaction on `rev_count`, the number of slots taken.
     pub static ARCHIVE_META: TableDef = TableDef {
         name: "archive_meta",
         columns: &[
@@ -308,7 +231,7 @@ pub mod old_store {
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
-        comment: "which compression block holds each archived render (seed 002)",
+        comment: "which compression block holds each archived render",
     };
 
     /// Compression blocks, one partition each. Appended revisions are rows,
@@ -334,11 +257,11 @@ pub mod old_store {
         ],
         default_ttl: None,
         compaction: Compaction::SizeTiered,
-        comment: "multi-revision zstd compression blocks (seed 002)",
+        comment: "multi-revision zstd compression blocks",
     };
 
     /// The titles of each domain in the token order of their `archive_meta`
-    /// partition, for history dumps (issue #30): as current-store's
+    /// partition, for history dumps: as current-store's
     /// `domain_pages`, 256 buckets by the token's top byte. Written when a
     /// title's first render is archived (and by the janitor's sweep for
     /// titles archived before); `since` is the time of that render.
@@ -388,7 +311,7 @@ pub mod old_store {
     pub static TABLES: [&TableDef; 5] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_TITLES, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT];
 }
 
-/// dependency-graph: seed 004, adjacency lists in both directions.
+/// dependency-graph: adjacency lists in both directions.
 ///
 /// An edge is one row in `graph_dependencies` (by child) and one in
 /// `graph_dependents` (by parent), written in the same batch. A popular
@@ -437,7 +360,7 @@ pub mod dependency_graph {
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "dependencies of each page, priority descending (seed 004)",
+        comment: "dependencies of each page, priority descending",
     };
 
     /// What depends on a page, for one type and priority, in one hash bucket
@@ -457,7 +380,7 @@ pub mod dependency_graph {
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "dependents of each page by type, priority and bucket (seed 004)",
+        comment: "dependents of each page by type, priority and bucket",
     };
 
     /// The (priority, bucket) partitions of `graph_dependents` a parent has,
@@ -498,7 +421,6 @@ pub mod dependency_graph {
     /// Every change of a page's edges first takes this row by a conditional
     /// write, so changes of one page never interleave, and each takes a write
     /// timestamp above every earlier one's, whatever the writers' clocks.
-    /// Added in dependency-graph schema 7.
     pub static PAGE_WRITERS: TableDef = TableDef {
         name: "graph_page_writers",
         columns: &[
@@ -540,7 +462,7 @@ pub mod janitor {
             C::partition("name", Text),
             C::regular("owner", Text),
             C::regular("acquired_at", Timestamp),
-            // Added in janitor schema 6: when the lease lapses unless renewed.
+            // When the lease lapses unless renewed.
             C::regular("expires_at", Timestamp),
         ],
         default_ttl: None,
@@ -552,12 +474,8 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 22] = [
+pub static ALL_TABLES: [&TableDef; 18] = [
     &meta::SCHEMA_META,
-    &current_store::CURRENT,
-    &current_store::BY_REV,
-    &current_store::BY_TID,
-    &current_store::RENDERS,
     &current_store::PAGE_RENDERS,
     &current_store::DOMAIN_PAGES,
     &current_store::SUPPRESSED,

@@ -44,25 +44,14 @@ fn fingerprint_of(tables: &[&TableDef]) -> String {
     hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-// Every component starts at 5, the version the single schema-wide number had
-// reached, so that no recorded number ever goes down.
-// current-store 6: the outbox's `trace` column (additive: version 5 code ignores it).
-// current-store 7: the grace tables' compaction windows and gc_grace_seconds
-// (table options only, applied in place: version 5 and 6 code uses the tables as they are).
-// current-store 8: `page_renders`, every render in one table (seed 000 option 2,
-// issue #29). Version 7 code neither writes nor reads it: not compatible.
-// current-store 9: `domain_pages`, the dump index (issue #30). Additive: version 8
-// code ignores it; the pages it writes meanwhile are indexed by the janitor's
-// retention sweep.
-pub static CURRENT_STORE: Component = Component { name: "current-store", version: 9, compatible_from: 8, tables: &current_store::TABLES };
-// old-store 6: `archive_titles`, the history dump's index (issue #30). Additive:
-// version 5 code ignores it; the janitor's sweep indexes what it archives meanwhile.
-pub static OLD_STORE: Component = Component { name: "old-store", version: 6, compatible_from: 5, tables: &old_store::TABLES };
-// dependency-graph 7: `graph_page_writers` (additive: version 6 code ignores it,
-// but writes of its replicas are not serialised with those of version 7).
+// Version 1 is the layout of the first release. A later change adds a line
+// here saying what changed and whether the previous version's code still
+// works on it (see `compatible_from`).
+pub static CURRENT_STORE: Component = Component { name: "current-store", version: 1, compatible_from: 1, tables: &current_store::TABLES };
+pub static OLD_STORE: Component = Component { name: "old-store", version: 1, compatible_from: 1, tables: &old_store::TABLES };
 pub static DEPENDENCY_GRAPH: Component =
-    Component { name: "dependency-graph", version: 7, compatible_from: 6, tables: &dependency_graph::TABLES };
-pub static JANITOR: Component = Component { name: "janitor", version: 6, compatible_from: 5, tables: &janitor::TABLES };
+    Component { name: "dependency-graph", version: 1, compatible_from: 1, tables: &dependency_graph::TABLES };
+pub static JANITOR: Component = Component { name: "janitor", version: 1, compatible_from: 1, tables: &janitor::TABLES };
 
 /// Every component, in a stable order.
 pub static COMPONENTS: [&Component; 4] = [&CURRENT_STORE, &OLD_STORE, &DEPENDENCY_GRAPH, &JANITOR];
@@ -80,10 +69,10 @@ mod tests {
     /// The fingerprints the declarations had when each version was set: a change
     /// to a component's tables must come with a new version and a new line here.
     const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
-        ("current-store", 9, "782609eb91de4ad4"),
-        ("old-store", 6, "6917b5c6e0117d46"),
-        ("dependency-graph", 7, "b918d2038d0146d6"),
-        ("janitor", 6, "bfea0ec13c63e3f2"),
+        ("current-store", 1, "61d2053b5ca95776"),
+        ("old-store", 1, "c4f8d15cf90d60fa"),
+        ("dependency-graph", 1, "c8bdeb757fb12225"),
+        ("janitor", 1, "bfea0ec13c63e3f2"),
     ];
 
     /// `schema_meta`'s own declaration, which every migration applies first.

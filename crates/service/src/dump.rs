@@ -1,4 +1,4 @@
-//! What the services' dumps share (issue #30, `docs/design/dumps.md`):
+//! What the services' dumps share (`docs/design/dumps.md`):
 //! slices of the token ring, a per-domain index of a table's partitions in
 //! token order, sealed resume cursors, and the pace all dumps of a replica
 //! keep.

@@ -65,18 +65,18 @@ async fn a_named_datacenter_gets_network_topology_replication() {
 #[tokio::test]
 #[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
 async fn declared_table_options_are_applied_in_place() {
-    use revstore_schema::tables::current_store::BY_TID;
+    use revstore_storage::conformance::EXPIRING;
     use revstore_storage::{CassandraEngine, Engine};
 
     let keyspace = revstore_storage::testing::TestKeyspace::new("options");
     let engine = CassandraEngine::connect(keyspace.options()).await.expect("connect");
-    engine.ensure_tables(&[&BY_TID]).await.expect("create");
+    engine.ensure_tables(&[&EXPIRING]).await.expect("create");
     let describe = || async {
         let result = engine
             .session()
             .query_unpaged(
                 "SELECT compaction, gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?",
-                (keyspace.name(), BY_TID.name),
+                (keyspace.name(), EXPIRING.name),
             )
             .await
             .expect("describe");
@@ -89,14 +89,14 @@ async fn declared_table_options_are_applied_in_place() {
     assert_eq!(gc_grace, 10_800);
 
     // As an earlier version left it.
-    let table = format!("\"{}\".\"by_tid\"", keyspace.name());
+    let table = format!("\"{}\".\"{}\"", keyspace.name(), EXPIRING.name);
     let defaults =
         format!("ALTER TABLE {table} WITH compaction = {{'class': 'TimeWindowCompactionStrategy'}} AND gc_grace_seconds = 864000");
     engine.session().query_unpaged(defaults, ()).await.expect("alter back");
     engine.session().await_schema_agreement().await.expect("agreement");
     assert_eq!(describe().await.1, 864_000);
 
-    engine.ensure_tables(&[&BY_TID]).await.expect("ensure again");
+    engine.ensure_tables(&[&EXPIRING]).await.expect("ensure again");
     let (compaction, gc_grace) = describe().await;
     assert_eq!(gc_grace, 10_800, "gc_grace_seconds applied");
     assert_eq!(compaction.get("compaction_window_size").map(String::as_str), Some("1"), "{compaction:?}");

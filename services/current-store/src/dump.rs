@@ -1,4 +1,4 @@
-//! Dumps of a domain's current renders (issue #30): the latest render of every
+//! Dumps of a domain's current renders: the latest render of every
 //! page of one domain, as NDJSON, in slices of the token ring that clients
 //! fetch in parallel.
 //!
@@ -19,34 +19,21 @@
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt, TryStreamExt};
-use revstore_keys::{Domain, FirstLetterCase, Tid, Title, TitleRules};
-use revstore_schema::tables::current_store::{DOMAIN_PAGES, col};
-use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex, json_line, with_end_line};
-use revstore_storage::{Delete, Store, Upsert, Value};
+use revstore_keys::{Domain, FirstLetterCase, Title, TitleRules};
+use revstore_schema::tables::current_store::col;
+use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, json_line, with_end_line};
+use revstore_storage::{Store, Value};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::error::PagesError;
-use crate::pages::{Pages, rendered_at};
+use crate::pages::{PAGE_INDEX, Pages, rendered_at};
 use crate::render::{Part, decode_part};
 
 /// Page reads in flight per dump stream (lines keep the index's order).
 const READS_IN_FLIGHT: usize = 16;
 
-/// `domain_pages`, the index of each domain's pages.
-const INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES };
 const CURSORS: DumpCursors = DumpCursors { kind: "current" };
-
-/// The index row of a page, timestamped with the render that writes it (a
-/// page's deletion, timestamped after its newest render, removes it).
-pub fn index_row(domain: &Domain, title: &Title, render: Tid) -> Upsert {
-    INDEX.row(domain, title, render)
-}
-
-/// The removal of a page's index row, timestamped `at` (microseconds).
-pub fn index_delete(domain: &Domain, title: &Title, at: i64) -> Delete {
-    INDEX.delete(domain, title, at)
-}
 
 /// What a dump line holds besides the page's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +124,7 @@ impl Dump {
         pages: Pages,
         pacer: Arc<DumpPacer>,
     ) -> Result<impl Stream<Item = Result<Vec<u8>, PagesError>> + Send + 'static, PagesError> {
-        let mut positions = Box::pin(INDEX.titles(&pages.store, &self.domain, self.slice, self.after.as_ref()));
+        let mut positions = Box::pin(PAGE_INDEX.titles(&pages.store, &self.domain, self.slice, self.after.as_ref()));
         let first = positions.next().await.transpose()?;
         let limit = self.limit;
         let dump = Arc::new(self);

@@ -6,9 +6,7 @@
 //!   more renders in its grace period than a write reads — is the sweep's:
 //!   each page read whole, everything behind the newest render stored before
 //!   the grace period began range-deleted (row by row where a late write,
-//!   stored inside the grace period, sorts behind it). Rows of the schema-7
-//!   tables expire by TTL; the janitor's purge call drops what the embedded
-//!   engine still keeps of them.
+//!   stored inside the grace period, sorts behind it).
 //! - `archive`: every revision current-store holds (the latest of each title,
 //!   and the revisions of renders inside their grace period) is in old-store;
 //!   one that is not (its hand-off lost: an outbox row deleted by hand, a
@@ -29,13 +27,10 @@ use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
-use revstore_schema::tables::current_store::{
-    BY_REV, BY_TID, CURRENT, DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, RENDERS, SUPPRESSED, col,
-};
+use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
 use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
 
-use crate::legacy;
 use crate::pages::{Held, Pages, held};
 use crate::render::decode_part;
 
@@ -55,10 +50,6 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn S
     let store = pages.store.clone();
     let audited = vec![
         AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })) },
-        AuditedTable::live(&CURRENT),
-        AuditedTable::live(&BY_REV),
-        AuditedTable::live(&BY_TID),
-        AuditedTable::live(&RENDERS),
         AuditedTable::live(&DOMAIN_PAGES),
         AuditedTable::live(&SUPPRESSED),
         AuditedTable::live(&OUTBOX),
@@ -85,22 +76,13 @@ impl Sweep for Retention {
     }
 
     async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        if from.pass == 1 {
-            return self.move_from_current(from, budget, dry_run).await;
-        }
         let store = &self.pages.store;
         let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
         let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         let cutoff = self.pages.retention_cutoff(store.now_micros());
-        // Every page visited is (re)entered in the dump index: pages stored
-        // before the index existed, or by a replica of schema 8, get their row.
-        let mut indexed = Vec::new();
         for partition in &scanned.partitions {
             let (domain, title) = stored_page(&partition.key)?;
             let rows = page_rows(store, &partition.key).await?;
-            if let Some((newest, _)) = rows.first().filter(|_| !dry_run) {
-                indexed.push(crate::dump::index_row(&domain, &title, newest.id.tid));
-            }
             let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { continue };
             // Behind the boundary, what was stored before the cutoff: a render
             // stored after it (a late write) may just have been fetched.
@@ -124,39 +106,7 @@ impl Sweep for Retention {
             };
             store.apply(writes).await?;
         }
-        for chunk in indexed.chunks(32) {
-            futures_util::future::try_join_all(chunk.iter().map(|row| store.write(row.clone()))).await?;
-        }
-        // The second pass moves the pages still in schema 7's `current`.
-        let next = scanned.next.map_or(SweepPosition::start_of(1), |p| SweepPosition::in_pass(0, Some(p)));
-        Ok(Stepped { report, next: Some(next) })
-    }
-}
-
-impl Retention {
-    /// Moves the pages not written since the upgrade from schema 7 out of
-    /// `current` into `page_renders` (crate::legacy).
-    async fn move_from_current(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        let store = &self.pages.store;
-        let scanned = store.scan_range(&ScanQuery::new(&CURRENT, budget).after(from.after)).await?;
-        let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        for partition in &scanned.partitions {
-            let (domain, title) = stored_page(&partition.key)?;
-            let rows = legacy::current_rows(store, &domain, &title).await?;
-            if rows.is_empty() {
-                continue;
-            }
-            report.rows += rows.len() as u64;
-            report.bytes += rows.iter().map(|f| row_bytes(&CURRENT, &f.row)).sum::<u64>();
-            if !dry_run {
-                let mut moves = legacy::move_writes(&domain, &title, &rows, store.now_micros());
-                if let Some(newest) = rows.iter().map(|f| f.id.tid).max() {
-                    moves.push(crate::dump::index_row(&domain, &title, newest).into());
-                }
-                store.apply(moves).await?;
-            }
-        }
-        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(1, Some(p))) })
+        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }
 

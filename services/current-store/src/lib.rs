@@ -18,7 +18,6 @@
 pub mod dump;
 mod error;
 pub mod janitor;
-mod legacy;
 mod outbox;
 mod pages;
 mod render;

@@ -2,7 +2,7 @@
 //! which one wins, and what a write must do so that precedence and the grace
 //! period hold whatever order writes arrive in.
 //!
-//! Tables (seed 000, option 2 — issue #29, docs/design/current-store-writes.md):
+//! Tables (docs/design/current-store-writes.md):
 //! - `page_renders` (domain, title) → rev DESC, tid DESC: every render of the
 //!   page, with the time it was stored. The first row is the latest render
 //!   (precedence is the clustering order, whatever order writes arrive in); a
@@ -13,9 +13,8 @@
 //! - `suppressed`: revisions never to be served again.
 //! - `outbox`: hand-offs to old-store (and change notices to the dependency
 //!   graph), written before the render becomes visible.
-//! - `current`, `by_tid`, `renders`, `by_rev`: the copy-on-update layout of
-//!   schema 7 and earlier, no longer written; kept until a schema change
-//!   drops them.
+//! - `domain_pages`: the dump index, a row per page written with its first
+//!   render.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -23,11 +22,11 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{OUTBOX, PAGE_RENDERS, SUPPRESSED, col};
+use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, PAGE_RENDERS, SUPPRESSED, col};
+use revstore_service::dump::TitleIndex;
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
-use crate::legacy;
 
 /// Render keys read per page of a listing.
 const GRACE_PAGE: u32 = 1000;
@@ -37,6 +36,11 @@ const GRACE_PAGE: u32 = 1000;
 /// period is left to the janitor's retention sweep.
 pub(crate) const HEAD_ROWS: u32 = 64;
 use crate::render::{RenderBody, RenderId, StoredParts};
+
+/// `domain_pages`, the index of each domain's pages that dumps walk: a row
+/// is written with a page's first render, timestamped with it, and removed
+/// by the page's deletion (timestamped after its newest render).
+pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES };
 
 /// Outbox rows are spread over this many partitions.
 pub const OUTBOX_SHARDS: i64 = 16;
@@ -117,10 +121,7 @@ impl Pages {
     /// The latest render of the latest revision: the page's first row.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).limit(1).columns(content_columns(columns));
-        match found(self.store.read(&query).await?.rows.into_iter().next())? {
-            Some(latest) => Ok(Some(latest)),
-            None => legacy::latest(&self.store, domain, title, columns).await,
-        }
+        found(self.store.read(&query).await?.rows.into_iter().next())
     }
 
     /// The latest render of a revision: the revision's first row.
@@ -135,10 +136,7 @@ impl Pages {
             .slice(Slice::prefix([Value::from(rev.as_i64())]))
             .limit(1)
             .columns(content_columns(columns));
-        match found(self.store.read(&query).await?.rows.into_iter().next())? {
-            Some(render) => Ok(Some(render)),
-            None => legacy::of_rev(&self.store, domain, title, rev, columns).await,
-        }
+        found(self.store.read(&query).await?.rows.into_iter().next())
     }
 
     /// One render, by revision and tid.
@@ -167,16 +165,12 @@ impl Pages {
         let [d, t] = key(domain, title);
         let row =
             self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
-        match found(row)? {
-            Some(render) => Ok(Some(render)),
-            None => legacy::of_tid(&self.store, domain, title, rev, tid, columns).await,
-        }
+        found(row)
     }
 
     /// Stores a render. See the module documentation for what is written where.
     ///
-    /// The write path (docs/design/current-store-writes.md, "Seed 000's Option
-    /// 2"): at once, whether the revision is suppressed and the keys of the
+    /// The write path (docs/design/current-store-writes.md): at once, whether the revision is suppressed and the keys of the
     /// page's newest renders (no content); then, for a revision's first
     /// render, the hand-off (and the change notice), durable before the render
     /// can be seen; then one mutation of the page's partition: the render's row
@@ -199,13 +193,6 @@ impl Pages {
         if suppressed {
             return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
         }
-        // A page not written since the upgrade from schema 7 moves here with this write.
-        let moving = match head.is_empty() {
-            true => legacy::current_rows(&self.store, domain, title).await?,
-            false => Vec::new(),
-        };
-        let mut head = head;
-        head.extend(moving.iter().map(|f| Held { id: f.id, stored_at: self.store.now_micros() }));
         check_preconditions(pre, head.first().map(|h| h.id))?;
         let head_is_whole = head.len() < HEAD_ROWS as usize;
         let beyond_head = !head_is_whole && head.last().is_some_and(|last| last.id.is_newer_than(&id));
@@ -223,10 +210,10 @@ impl Pages {
 
         let parts = StoredParts::encode(body);
         let mut durable_first: Vec<Write> = Vec::new();
-        // A page's first render (or its first since the page was deleted, or
-        // since schema 7) enters the dump index before it can be seen.
-        if head.is_empty() || !moving.is_empty() {
-            durable_first.push(crate::dump::index_row(domain, title, id.tid).into());
+        // A page's first render (or its first since the page was deleted)
+        // enters the dump index before it can be seen.
+        if head.is_empty() {
+            durable_first.push(PAGE_INDEX.row(domain, title, id.tid).into());
         }
         if first_of_revision && self.hand_off {
             durable_first.push(self.outbox("archive", domain, title, id, parts.handoff_payload()).into());
@@ -243,19 +230,16 @@ impl Pages {
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
         let now = self.store.now_micros();
-        let legacy_moves: Vec<Write> = match moving.is_empty() {
-            true => Vec::new(),
-            false => legacy::move_writes(domain, title, &moving, now),
-        };
         let [d, t] = key(domain, title);
-        let mut becoming_visible = legacy_moves;
-        becoming_visible.extend([Upsert::new(&PAGE_RENDERS, [d.clone(), t.clone(), Value::from(id.rev.as_i64()), Value::from(id.tid)])
-            .set(col::STORED_AT, Value::Timestamp(now / 1000))
-            .set(col::HTML, parts.html)
-            .set(col::DATA_PARSOID, parts.data_parsoid)
-            .set(col::SECTION_OFFSETS, parts.section_offsets)
-            .timestamp(id.tid.unix_micros())
-            .into()]);
+        let mut becoming_visible: Vec<Write> = vec![
+            Upsert::new(&PAGE_RENDERS, [d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)])
+                .set(col::STORED_AT, Value::Timestamp(now / 1000))
+                .set(col::HTML, parts.html)
+                .set(col::DATA_PARSOID, parts.data_parsoid)
+                .set(col::SECTION_OFFSETS, parts.section_offsets)
+                .timestamp(id.tid.unix_micros())
+                .into(),
+        ];
         // Only a render that sorts above the boundary moves it: one that
         // arrives late, behind it, deletes nothing (and is not deleted here).
         if let Some(boundary) = retention_boundary(&head, self.retention_cutoff(now))
@@ -327,16 +311,7 @@ impl Pages {
     /// superseded ones still held (their grace period, and until retention
     /// removes them).
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
-        let mut all: Vec<RenderId> = self.all_held(domain, title, Slice::all()).await?.into_iter().map(|h| h.id).collect();
-        if all.is_empty() {
-            all.extend(legacy::current_rows(&self.store, domain, title).await?.into_iter().map(|f| f.id));
-        }
-        for id in legacy::in_grace(&self.store, domain, title, Slice::all()).await? {
-            if !all.contains(&id) {
-                all.push(id);
-            }
-        }
-        all.sort_by(|a, b| b.rev.cmp(&a.rev).then(b.tid.cmp(&a.tid)));
+        let all: Vec<RenderId> = self.all_held(domain, title, Slice::all()).await?.into_iter().map(|h| h.id).collect();
         let mut visible = Vec::with_capacity(all.len());
         let mut suppressed: BTreeMap<RevId, bool> = BTreeMap::new();
         for id in all {
@@ -368,11 +343,8 @@ impl Pages {
             Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
             None => self.store.now_micros(),
         };
-        let mut writes: Vec<Write> = vec![
-            Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(),
-            crate::dump::index_delete(domain, title, at).into(),
-        ];
-        writes.extend(legacy::delete_writes(&self.store, domain, title, None, at + 1).await?);
+        let writes: Vec<Write> =
+            vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(), PAGE_INDEX.delete(domain, title, at).into()];
         self.store.apply(writes).await?;
         Ok(())
     }
@@ -390,7 +362,6 @@ impl Pages {
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
             Delete::range(&PAGE_RENDERS, [d, t], Slice::prefix([r])).timestamp(at).into(),
         ];
-        writes.extend(legacy::delete_writes(&self.store, domain, title, Some(rev), at + 1).await?);
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
             writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());

@@ -288,6 +288,9 @@ impl revstore_storage::Engine for CutWrites {
     async fn scan(&self, query: &revstore_storage::ScanQuery) -> revstore_storage::StoreResult<Vec<revstore_storage::ScannedPartition>> {
         self.inner.scan(query).await
     }
+    async fn holdings(&self, query: &revstore_storage::ScanQuery) -> revstore_storage::StoreResult<revstore_storage::Holdings> {
+        self.inner.holdings(query).await
+    }
     async fn ping(&self) -> revstore_storage::StoreResult<()> {
         self.inner.ping().await
     }

@@ -116,7 +116,7 @@ impl Budget {
 pub(crate) struct Found {
     pub partitions: u64,
     pub rows: u64,
-    /// Rows out of step (one-sided edges, ghost rows, emptied directory entries), all counted.
+    /// Rows out of step (one-sided edges, emptied directory entries), all counted.
     pub one_sided: u64,
     /// The first of them, up to the step's `keep`.
     pub listed: Vec<OneSidedEdge>,
@@ -295,12 +295,10 @@ impl Graph {
     ) -> Result<(), GraphError> {
         match pass {
             Pass::Edges(direction) => {
-                let edges = rows.iter().map(|row| Ok((one_sided(direction, key, row)?, StoredEdge::of_either(direction, row))));
-                let edges: Vec<(OneSidedEdge, bool)> = edges.collect::<Result<_, GraphError>>()?;
-                let twins = self.store().read_many(edges.iter().map(|(edge, _)| direction.twin(edge)).collect()).await?;
-                for ((edge, ghost), twin) in edges.into_iter().zip(twins) {
-                    // A ghost row is out of step whatever its twin says.
-                    if twin.is_empty() || ghost {
+                let edges: Vec<OneSidedEdge> = rows.iter().map(|row| one_sided(direction, key, row)).collect::<Result<_, GraphError>>()?;
+                let twins = self.store().read_many(edges.iter().map(|edge| direction.twin(edge)).collect()).await?;
+                for (edge, twin) in edges.into_iter().zip(twins) {
+                    if twin.is_empty() {
                         found.one_sided += 1;
                         if repair && self.repair_edge(&edge).await? {
                             found.repaired += 1;
@@ -324,7 +322,7 @@ impl Graph {
     }
 
     /// Makes one edge's rows agree, holding its page and looking again first:
-    /// the page's dependencies row decides (a ghost row is no edge). Answers
+    /// the page's dependencies row decides. Answers
     /// whether it wrote anything.
     async fn repair_edge(&self, edge: &OneSidedEdge) -> Result<bool, GraphError> {
         let domain = Domain::parse(&edge.domain)
@@ -336,7 +334,6 @@ impl Graph {
             let by_child = by_child.first().map(StoredEdge::of).transpose()?;
             let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();
             let writes = match (by_child, by_parent) {
-                (Some(stored), _) if stored.is_ghost() => stored.remove(&domain, &edge.child, at),
                 (Some(stored), false) => stored.put(&domain, &edge.child, &[], at),
                 (None, true) => {
                     vec![dependent_delete(&edge.domain, &edge.parent, &edge.kind, edge.priority, &edge.child).timestamp(at).into()]
@@ -378,13 +375,6 @@ impl Graph {
             }
         }
         Ok(true)
-    }
-}
-
-impl StoredEdge {
-    /// Whether a scanned row is a ghost (only the dependencies table has them).
-    fn of_either(direction: Direction, row: &Row) -> bool {
-        direction == Direction::Dependencies && StoredEdge::of(row).is_ok_and(|e| e.is_ghost())
     }
 }
 

@@ -136,13 +136,6 @@ impl StoredEdge {
         })
     }
 
-    /// A row left by an update that outlived its edge (before dependency-graph
-    /// schema 7, an update could be written above a removal): every edge is
-    /// written with its `created`, so a row without it is no edge.
-    pub(crate) fn is_ghost(&self) -> bool {
-        self.created.is_none()
-    }
-
     /// When the child was last brought up to date with this edge (milliseconds).
     pub(crate) fn baseline(&self) -> i64 {
         self.last_updated.or(self.created).unwrap_or(0)

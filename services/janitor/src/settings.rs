@@ -13,8 +13,7 @@ use revstore_client::{ClientOptions, HttpClient, JanitorClient};
 /// (the audit last, so that it measures what the others left).
 pub fn swept_by(task: Task) -> &'static [ServiceName] {
     match task {
-        // old-store's retention sweep enters archived titles in the dump index.
-        Task::Retention => &[ServiceName::CurrentStore, ServiceName::OldStore],
+        Task::Retention => &[ServiceName::CurrentStore],
         Task::Archive => &[ServiceName::CurrentStore],
         Task::Graph => &[ServiceName::Graph],
         Task::Audit => &ServiceName::ALL,

@@ -13,11 +13,9 @@ use std::time::{Duration, SystemTime};
 use futures_util::StreamExt;
 
 use revstore_current_store::CurrentStore;
-use revstore_current_store::{RenderBody, StoredParts};
 use revstore_dependency_graph::DependencyGraph;
 use revstore_keys::TidGenerator;
 use revstore_old_store::OldStore;
-use revstore_schema::tables::current_store::CURRENT;
 use revstore_schema::tables::dependency_graph::DEPENDENTS;
 use revstore_schema::tables::janitor::CHECKPOINTS;
 use revstore_storage::testing::TestKeyspace;
@@ -178,31 +176,10 @@ async fn a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed(eng
         }
         latest.push((title, tid));
     }
-    // Ten pages of a deployment upgraded from schema 7, never written since:
-    // their latest render is still in its `current` table.
-    let leftover_generator = TidGenerator::new();
-    let mut upgraded = Vec::new();
-    for u in 0..10 {
-        let title = format!("Upgraded_{u}");
-        let body = RenderBody { html: format!("<p>{title} from schema 7</p>"), data_parsoid: json!({}), section_offsets: json!({}) };
-        let parts = StoredParts::encode(&body);
-        let tid = leftover_generator.next_at(now - Duration::from_secs(450));
-        let row = Upsert::new(&CURRENT, [Value::from(DOMAIN), Value::from(title.as_str()), Value::from(100i64)])
-            .set("tid", tid)
-            .set("html", parts.html)
-            .set("data_parsoid", parts.data_parsoid)
-            .set("section_offsets", parts.section_offsets);
-        s.current_store.write(row.timestamp(tid.unix_micros())).await.expect("a schema 7 page");
-        upgraded.push(title);
-    }
 
     for (title, _) in &latest {
         let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
         assert!(status == 200 && html.contains("render 3"), "before the janitor, {title}: {status} {html}");
-    }
-    for title in &upgraded {
-        let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
-        assert!(status == 200 && html.contains("from schema 7"), "before the janitor, {title}: {status} {html}");
     }
 
     // A quiet period past the grace TTL.
@@ -219,23 +196,19 @@ async fn a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed(eng
     // A dry run changes nothing.
     let (code, dry, stderr) = s.janitor(&["--dry-run", "retention"]).await;
     assert_eq!(code, 0, "{stderr}\n{dry}");
-    assert_eq!(dry["tasks"]["retention"]["services"]["current-store"]["rows"], 60 + 10, "{dry}");
+    assert_eq!(dry["tasks"]["retention"]["services"]["current-store"]["rows"], 60, "{dry}");
     let (_, still, _) = s.janitor(&["audit"]).await;
     assert_eq!(overstore(&still, "current-store/page_renders"), overstore(&before, "current-store/page_renders"), "{still}");
 
-    // One run: the superseded renders go, the upgraded pages move to
-    // `page_renders`, and the audit finds the ideal.
+    // One run: the superseded renders go, and the audit finds the ideal.
     let (code, run, stderr) = s.janitor(&[]).await;
     assert_eq!(code, 0, "{stderr}\n{run}");
     assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["tasks"]["retention"]["services"]["current-store"]["rows"], 60 + 10, "{run}");
+    assert_eq!(run["tasks"]["retention"]["services"]["current-store"]["rows"], 60, "{run}");
     let page_renders = &run["tasks"]["audit"]["tables"]["current-store/page_renders"];
-    assert_eq!((page_renders["rows_held"].as_u64(), page_renders["rows_ideal"].as_u64()), (Some(30), Some(30)), "{run}");
-    for table in ["page_renders", "current", "by_tid", "by_rev", "renders"] {
-        let ratio = overstore(&run, &format!("current-store/{table}"));
-        assert!(ratio <= 1.05, "{table}: {ratio}: {run}");
-    }
-    assert_eq!(run["tasks"]["audit"]["tables"]["current-store/current"]["rows_held"], 0, "{run}");
+    assert_eq!((page_renders["rows_held"].as_u64(), page_renders["rows_ideal"].as_u64()), (Some(20), Some(20)), "{run}");
+    let ratio = overstore(&run, "current-store/page_renders");
+    assert!(ratio <= 1.05, "page_renders: {ratio}: {run}");
     let total = run["tasks"]["audit"]["overstore_ratio"].as_f64().expect("ratio");
     assert!(total <= 1.05, "{run}");
 
@@ -245,10 +218,6 @@ async fn a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed(eng
         assert_eq!(status, 200, "{title}");
         assert!(html.contains("render 3"), "{title}: {html}");
         assert_eq!(s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}/101/{tid}")).await.0, 200);
-    }
-    for title in &upgraded {
-        let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/{title}")).await;
-        assert!(status == 200 && html.contains("from schema 7"), "after the move, {title}: {status} {html}");
     }
 
     // A second run finds nothing more to do.

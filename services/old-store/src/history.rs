@@ -1,34 +1,27 @@
-//! Dumps of a domain's archived revisions (issue #30, `docs/design/dumps.md`):
+//! Dumps of a domain's archived revisions (`docs/design/dumps.md`):
 //! every archived render of every title of one domain whose `archive_meta`
 //! partition token falls in a slice of the ring, as NDJSON, in (title order
 //! of the index, then revision, tid) order, each block decoded once.
 //!
 //! Titles are found through `archive_titles` (the shared
-//! [`TitleIndex`]), entered with a title's first archived render and, for
-//! titles archived before the index existed, by the janitor's retention
-//! sweep here ([`IndexSweep`]). A line's cursor names its title and render;
+//! [`revstore_service::dump::TitleIndex`], [`TITLE_INDEX`]), entered with a title's first archived
+//! render. A line's cursor names its title and render;
 //! a dump resumed from it continues with the next render of that title.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use futures_util::{Stream, StreamExt, TryStreamExt};
-use revstore_api::janitor::{StepReport, Task};
 use revstore_keys::{Domain, FirstLetterCase, Tid, Title, TitleRules};
-use revstore_schema::tables::old_store::{ARCHIVE_META, ARCHIVE_TITLES};
-use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, TitleIndex, json_line, with_end_line};
-use revstore_service::janitor_admin::{Stepped, Sweep, SweepError, SweepPosition};
-use revstore_storage::{ScanQuery, Store, Value};
+use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, json_line, with_end_line};
+use revstore_storage::{Store, Value};
 use serde::Serialize;
 
-use crate::archive::Archive;
+use crate::archive::{Archive, TITLE_INDEX};
 use crate::block::DecodedEntry;
 use crate::body::{Part, StoredParts};
 use crate::error::ArchiveError;
 
-/// `archive_titles`, the index of each domain's archived titles.
-pub const INDEX: TitleIndex = TitleIndex { table: &ARCHIVE_TITLES };
 const CURSORS: DumpCursors = DumpCursors { kind: "history" };
 
 /// The parts a history line holds (those of them each render has).
@@ -131,7 +124,7 @@ impl HistoryDump {
     ) -> Result<impl Stream<Item = Result<Vec<u8>, ArchiveError>> + Send + 'static, ArchiveError> {
         let store = archive.store().clone();
         let resume_title = self.after.as_ref().map(|a| a.title.clone());
-        let mut titles = Box::pin(INDEX.titles(&store, &self.domain, self.slice, resume_title.as_ref()));
+        let mut titles = Box::pin(TITLE_INDEX.titles(&store, &self.domain, self.slice, resume_title.as_ref()));
         let first = titles.next().await.transpose()?;
         let dump = Arc::new(self);
         // The resume point's own title first (its renders after the cursor), then the titles after it.
@@ -202,42 +195,5 @@ impl HistoryDump {
             cursor: cursor.to_owned(),
         };
         Ok(json_line(&line))
-    }
-}
-
-/// The janitor's retention sweep here: every archived title entered in the
-/// dump index (titles archived before it existed, or by a replica of schema
-/// 5). A scan of `archive_meta`'s partition keys, and an idempotent write
-/// of each title's index row.
-#[derive(Debug)]
-pub struct IndexSweep {
-    pub store: Store,
-}
-
-#[async_trait]
-impl Sweep for IndexSweep {
-    fn task(&self) -> Task {
-        Task::Retention
-    }
-
-    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        let scanned = self.store.scan_range(&ScanQuery::new(&ARCHIVE_META, budget).after(from.after)).await?;
-        let report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        if !dry_run {
-            let rows = scanned.partitions.iter().map(|partition| {
-                let (domain, title) = match partition.key.as_slice() {
-                    [Value::Text(domain), Value::Text(title)] => (domain, title),
-                    _ => return Err(SweepError::corrupt("an archive_meta partition key is not (domain, title)")),
-                };
-                let domain = Domain::parse(domain).map_err(SweepError::corrupt)?;
-                let title = Title::parse(title, TitleRules { first_letter: FirstLetterCase::Sensitive }).map_err(SweepError::corrupt)?;
-                Ok(INDEX.row(&domain, &title, Tid::now()))
-            });
-            let rows: Vec<_> = rows.collect::<Result<_, _>>()?;
-            for chunk in rows.chunks(32) {
-                futures_util::future::try_join_all(chunk.iter().map(|row| self.store.write(row.clone()))).await?;
-            }
-        }
-        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
     }
 }

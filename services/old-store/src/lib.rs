@@ -251,10 +251,7 @@ impl ServiceDefinition for OldStore {
         // Its audit: every live row is entitled (blocks, their index, suppressions,
         // and compaction debt markers until the compactor has paid them).
         let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
-        let sweeps: Vec<Arc<dyn Sweep>> = vec![
-            Arc::new(history::IndexSweep { store: platform.store().clone() }),
-            Arc::new(AuditSweep::new(platform.store().clone(), tables)),
-        ];
+        let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
         let dumps = Arc::new(revstore_service::dump::DumpPacer::new(own.dump_revisions_per_second));
         let state = routes::AppState { platform: platform.clone(), archive, debt, titles, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))

@@ -1,14 +1,12 @@
 //! Dumps of a domain's archived revisions (`GET /{domain}/v1/dump/history`),
-//! as a client reads them, and the sweep that indexes titles archived before
-//! the dump index existed.
+//! as a client reads them.
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use common::{Engine, TOKEN, start_on};
-use futures_util::TryStreamExt;
-use revstore_keys::{Domain, Tid, TidGenerator};
+use revstore_keys::{Tid, TidGenerator};
 use serde_json::{Value, json};
 
 const EN: &str = "en.wikipedia.org";
@@ -202,49 +200,8 @@ async fn archives_during_a_dump_never_tear_a_line(engine: Engine) {
     assert_eq!(histories.len(), 8);
 }
 
-/// A title archived before the index existed (its metadata row alone) enters
-/// the index with the janitor's retention sweep.
-async fn the_sweep_indexes_titles_archived_before_the_index(engine: Engine) {
-    use revstore_old_store::history::{INDEX, IndexSweep};
-    use revstore_service::dump::DumpSlice;
-    use revstore_service::janitor_admin::{Sweep, SweepPosition};
-    let (store, _guard) = common::store_on(engine).await;
-    let domain = Domain::parse(EN).expect("domain");
-    for title in ["Old_one", "Old_two"] {
-        let row = revstore_storage::Upsert::new(
-            &revstore_schema::tables::old_store::ARCHIVE_META,
-            [
-                revstore_storage::Value::from(EN),
-                revstore_storage::Value::from(title),
-                revstore_storage::Value::from(1i64),
-                revstore_storage::Value::from(Tid::now()),
-            ],
-        )
-        .set("block", 0i64)
-        .set("slot", 0i64);
-        store.write(row).await.expect("a metadata row of schema 5");
-    }
-    let indexed = async || -> Vec<String> {
-        INDEX.titles(&store, &domain, DumpSlice { k: 0, n: 1 }, None).map_ok(|t| t.title).try_collect().await.expect("index")
-    };
-    assert_eq!(indexed().await, Vec::<String>::new());
-    let sweep = IndexSweep { store: store.clone() };
-    assert_eq!(sweep.task(), revstore_api::janitor::Task::Retention);
-    let mut at = SweepPosition::start_of(0);
-    loop {
-        let stepped = sweep.step(at, 1, false).await.expect("step");
-        match stepped.next {
-            Some(next) => at = next,
-            None => break,
-        }
-    }
-    let titles: BTreeSet<String> = indexed().await.into_iter().collect();
-    assert_eq!(titles, ["Old_one".to_owned(), "Old_two".to_owned()].into());
-}
-
 revstore_test_service::on_both_engines!(
     a_history_dump_holds_every_revision_once_in_order,
     bad_dump_requests_are_refused,
     archives_during_a_dump_never_tear_a_line,
-    the_sweep_indexes_titles_archived_before_the_index,
 );

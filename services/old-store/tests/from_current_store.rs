@@ -137,7 +137,9 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     let title = |t: &str| revstore_keys::Title::parse(t, Default::default()).expect("title");
     let strict_old = start_on(Engine::Embedded, &["--body-limit-bytes", "20000"]).await;
     let current_dir = tempfile::tempdir().expect("tempdir");
-    // A row queued by an earlier build that took `..` as a title, in the shard of `Big`.
+    // A row no request could queue (its title is a dot segment, which the
+    // client refuses to put in a URL), as damage or a bug could leave one, in
+    // the shard of `Big`.
     let shard = revstore_current_store::testing::outbox_shard(&domain, &title("Big"));
     {
         let store = revstore_storage::open(revstore_storage::StorageSettings::Embedded {
@@ -147,8 +149,8 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
         .await
         .expect("open");
         store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-        let payload = revstore_codecs::Envelope::default()
-            .encode(br#"{"html":"<p>dots</p>","data-parsoid":{},"section-offsets":{}}"#, revstore_codecs::Compression::None);
+        let body = revstore_current_store::RenderBody { html: "<p>dots</p>".into(), data_parsoid: json!({}), section_offsets: json!({}) };
+        let payload = revstore_current_store::StoredParts::encode(&body).handoff_payload();
         store
             .write(
                 revstore_storage::Upsert::new(

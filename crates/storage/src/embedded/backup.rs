@@ -177,7 +177,7 @@ mod tests {
     use super::*;
     use crate::embedded::{EmbeddedEngine, EmbeddedOptions};
     use crate::{Store, Upsert, Value};
-    use revstore_schema::tables::current_store::{CURRENT, col};
+    use revstore_schema::tables::current_store::{PAGE_RENDERS, col};
 
     async fn open(dir: &Path) -> Store {
         let store = Store::new(Arc::new(EmbeddedEngine::open(dir, EmbeddedOptions::default()).expect("open")));
@@ -185,19 +185,22 @@ mod tests {
         store
     }
 
+    /// One render's tid (a time-based UUID) for every page.
+    const TID: uuid::Uuid = uuid::Uuid::from_u128(0x1c8f_2e00_d0a1_11ef_8000_0000_0000_0001);
+
     fn key(i: usize) -> Vec<Value> {
-        vec![Value::from("en.wikipedia.org"), Value::from(format!("p{i}").as_str()), Value::from(1i64)]
+        vec![Value::from("en.wikipedia.org"), Value::from(format!("p{i}").as_str()), Value::from(1i64), Value::TimeUuid(TID)]
     }
 
     fn page(i: usize) -> Upsert {
-        Upsert::new(&CURRENT, key(i)).set(col::HTML, format!("page {i}").into_bytes())
+        Upsert::new(&PAGE_RENDERS, key(i)).set(col::HTML, format!("page {i}").into_bytes())
     }
 
     /// How many of the pages p0..p299 the store holds.
     async fn pages(store: &Store) -> usize {
         let mut n = 0;
         for i in 0..300 {
-            if store.get(&CURRENT, key(i), None).await.expect("get").is_some() {
+            if store.get(&PAGE_RENDERS, key(i), None).await.expect("get").is_some() {
                 n += 1;
             }
         }
@@ -248,7 +251,7 @@ mod tests {
         assert!((100..=300).contains(&n), "{n} pages restored");
         // One instant: the writes are sequential, so the restored pages are p0..p(n-1).
         for i in [0, n - 1] {
-            assert!(back.get(&CURRENT, key(i), None).await.expect("get").is_some(), "p{i}");
+            assert!(back.get(&PAGE_RENDERS, key(i), None).await.expect("get").is_some(), "p{i}");
         }
         assert_eq!(pages(&store).await, 300, "the live database is untouched");
     }

@@ -84,9 +84,6 @@ impl Graph {
             let mut rows = std::pin::pin!(self.store.rows(ReadQuery::new(&DEPENDENCIES, key.clone()).slice(slice).limit(READ_ROWS)));
             while let Some(row) = rows.try_next().await? {
                 let edge = StoredEdge::of(&row)?;
-                if edge.is_ghost() {
-                    continue;
-                }
                 if !fill.take(edge.weight()) {
                     return Ok(DependencyList { items, next: last.map(|k| self.store.seal_cursor(&scope, &encode_values(&k))) });
                 }

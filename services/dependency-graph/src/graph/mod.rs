@@ -129,7 +129,7 @@ impl Graph {
     }
 
     /// Every row of a page's edges (at most `max_edges`, more only if an
-    /// older setting allowed it), priority descending, ghosts included.
+    /// older setting allowed it), priority descending.
     async fn edge_rows_of(&self, domain: &Domain, child: &Title) -> Result<Vec<StoredEdge>, GraphError> {
         let query = ReadQuery::new(&DEPENDENCIES, dependencies_key(domain.as_str(), child.as_str())).limit(1000);
         let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
@@ -179,20 +179,8 @@ impl Graph {
         let mut groups: Vec<Vec<Write>> = Vec::new();
         let mut removals: Vec<Vec<Write>> = Vec::new();
         let mut seen: BTreeSet<(ChangeKind, String)> = BTreeSet::new();
-        // Rows of the same key as a wanted edge, left by an update that
-        // outlived its edge (before schema 7): overwritten whole.
-        let mut ghost_keys: BTreeSet<(i64, ChangeKind, String)> = BTreeSet::new();
         for old in &stored {
             let key = (old.kind, old.parent.clone());
-            if old.is_ghost() {
-                match wanted.get(&key) {
-                    Some(new) if new.priority == old.priority => {
-                        ghost_keys.insert((old.priority, old.kind, old.parent.clone()));
-                    }
-                    _ => removals.push(old.remove(domain, child, at)),
-                }
-                continue;
-            }
             match wanted.get(&key) {
                 None => {
                     outcome.removed += 1;
@@ -228,10 +216,7 @@ impl Graph {
         for (key, new) in wanted {
             if !seen.contains(key) {
                 outcome.added += 1;
-                let over_ghost = ghost_keys.contains(&(new.priority, new.kind, new.parent.clone()));
-                let clears: &[&'static str] =
-                    if over_ghost { &[col::PARENT_SELECTOR, col::CHILD_SELECTOR, col::LAST_UPDATED] } else { &[] };
-                groups.push(StoredEdge { created: Some(now_ms), ..new.clone() }.put(domain, child, clears, at));
+                groups.push(StoredEdge { created: Some(now_ms), ..new.clone() }.put(domain, child, &[], at));
             }
         }
         // Additions first, removals last: a crash midway leaves an edge too
@@ -268,7 +253,7 @@ impl Graph {
             let groups = stored.iter().map(|edge| vec![edge.remove_dependent(&domain, child.as_str(), at)]).collect();
             graph.store.apply_grouped(groups).await?;
             graph.store.write(Delete::partition(&DEPENDENCIES, dependencies_key(domain.as_str(), child.as_str())).timestamp(at)).await?;
-            Ok(stored.iter().filter(|e| !e.is_ghost()).count() as u64)
+            Ok(stored.len() as u64)
         })
         .await
     }

@@ -67,10 +67,7 @@ impl Graph {
                 let row = rows.try_next().await?;
                 let ended = row.is_none();
                 if let Some(row) = row {
-                    let edge = StoredEdge::of(&row)?;
-                    if !edge.is_ghost() {
-                        chunk.push(edge);
-                    }
+                    chunk.push(StoredEdge::of(&row)?);
                 }
                 if chunk.len() < READ_ROWS as usize && !ended {
                     continue;
@@ -177,7 +174,7 @@ impl Graph {
             };
             let groups: Vec<Vec<Write>> = edges
                 .iter()
-                .filter(|edge| !edge.is_ghost() && covered(edge) && edge.last_updated.is_none_or(|u| u < rendered))
+                .filter(|edge| covered(edge) && edge.last_updated.is_none_or(|u| u < rendered))
                 .map(|edge| {
                     vec![
                         Upsert::new(&DEPENDENCIES, dependencies_key(domain.as_str(), child.as_str()).into_iter().chain(edge.clustering()))

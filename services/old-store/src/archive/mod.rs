@@ -1,7 +1,7 @@
 //! The archive: how a render is appended to its title's open block, how a
 //! revision is found and decoded again, and how blocks are compacted.
 //!
-//! # Layout (seed 002, `docs/design/old-store-blocks.md`)
+//! # Layout (`docs/design/old-store-blocks.md`)
 //! - `archive_meta` (one partition per title): a skinny row per render,
 //!   `rev | tid → block, slot`, and static allocation state. A *slot* is the
 //!   append position in the title's history; slots are taken one at a time by a
@@ -11,6 +11,9 @@
 //!   at its slot, compressed against the slot before it (the `chain` codec);
 //!   compaction rewrites the rows as one long-window zstd frame in the static
 //!   `sealed` and drops them with a single range delete.
+//! - `archive_titles`: each domain's archived titles in the token order of
+//!   their `archive_meta` partition ([`TITLE_INDEX`]), written with a title's
+//!   first render, for history dumps.
 //!
 //! # Write path
 //! Read the title's state; apply the update policy; compress the render against
@@ -46,14 +49,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use revstore_keys::{Domain, Tid, Title};
-use revstore_schema::tables::old_store::col;
+use revstore_schema::tables::old_store::{ARCHIVE_TITLES, col};
+use revstore_service::dump::TitleIndex;
 use revstore_storage::{Row, Store, Value};
 
 use crate::block::{BlockKey, DecodedBlock};
 use crate::error::ArchiveError;
 use crate::queue::CompactionQueue;
 
-/// Which renders of a title are kept (seed 002's two update strategies).
+/// `archive_titles`, the index of each domain's archived titles that
+/// history dumps walk.
+pub(crate) const TITLE_INDEX: TitleIndex = TitleIndex { table: &ARCHIVE_TITLES };
+
+/// Which renders of a title are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdatePolicy {
     /// The first render archived for each revision; later ones are skipped.

@@ -75,7 +75,7 @@ impl Archive {
             )?;
             // A title's first render enters the dump index before it is committed.
             if state.rev_count.is_none() {
-                self.inner.store.write(crate::history::INDEX.row(domain, title, tid)).await?;
+                self.inner.store.write(super::TITLE_INDEX.row(domain, title, tid)).await?;
             }
             if !self.take_slot(domain, title, rev, tid, &state, &place).await? {
                 metrics::counter!("old_store_slot_conflicts_total", "service" => crate::SERVICE).increment(1);
