@@ -44,8 +44,7 @@ const MAX_ENTRY_LEN: usize = 10 + 16 + 10 + 4;
 /// From this level up, zstd's own tables (for inputs over 256 KiB) have at
 /// least 2^20 entries, the smallest cap: below it a cap would only enlarge them.
 pub const CAPPED_FROM_LEVEL: i32 = 9;
-/// The largest window a decoder accepts: 128 MiB, enough for the largest wiki pages.
-pub const WINDOW_LOG_MAX: u32 = 27;
+pub use crate::envelope::WINDOW_LOG_MAX;
 
 /// How blocks are compressed and how much a reader will decode.
 #[derive(Debug, Clone, Copy)]

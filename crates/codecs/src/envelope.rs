@@ -13,6 +13,9 @@ use std::borrow::Cow;
 
 use crate::{CodecError, take, take_u32};
 
+/// The largest window a decoder accepts: 128 MiB, enough for the largest wiki pages.
+pub const WINDOW_LOG_MAX: u32 = 27;
+
 pub const ENVELOPE_VERSION: u8 = 1;
 const HEADER_LEN: usize = 6;
 
@@ -100,7 +103,7 @@ pub(crate) fn decompress_bounded(frame: &[u8], limit: usize, what: &'static str)
         return Err(CodecError::TooLarge { what, size, limit: limit as u64 });
     }
     let mut decoder = zstd::bulk::Decompressor::new().map_err(|e| corrupt(e.to_string()))?;
-    decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(crate::block::WINDOW_LOG_MAX)).map_err(|e| corrupt(e.to_string()))?;
+    decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX)).map_err(|e| corrupt(e.to_string()))?;
     let out = decoder.decompress(frame, size as usize).map_err(|e| corrupt(e.to_string()))?;
     if out.len() as u64 != size {
         return Err(corrupt(format!("frame decoded to {} bytes, header said {size}", out.len())));

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::problem::ApiError;
-use crate::settings::Secret;
+use crate::secret::Secret;
 
 type TokenDigest = [u8; 32];
 

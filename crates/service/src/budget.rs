@@ -23,7 +23,10 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tokio::sync::Semaphore;
 
-use crate::settings::SettingsError;
+/// A budget that cannot be divided as asked, said so that the operator can fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BudgetError(pub String);
 
 const MIB: u64 = 1 << 20;
 
@@ -58,9 +61,9 @@ pub struct MemoryBudget {
 impl MemoryBudget {
     /// Divides `total_mb` for a service taking bodies up to `body_limit`
     /// bytes, with `sqlite_connections` SQLite connections (0 on Cassandra).
-    pub fn plan(total_mb: u64, body_limit: usize, sqlite_connections: usize) -> Result<Self, SettingsError> {
+    pub fn plan(total_mb: u64, body_limit: usize, sqlite_connections: usize) -> Result<Self, BudgetError> {
         if total_mb < MIN_BUDGET_MB {
-            return Err(SettingsError(format!("the memory budget is {total_mb} MB; use at least {MIN_BUDGET_MB}")));
+            return Err(BudgetError(format!("the memory budget is {total_mb} MB; use at least {MIN_BUDGET_MB}")));
         }
         let total = total_mb * MIB;
         let sqlite_cache_kib =
@@ -83,9 +86,9 @@ impl MemoryBudget {
     }
 
     /// Takes `bytes` for `part`, or says why the budget cannot hold it.
-    pub fn take(&mut self, part: &'static str, bytes: u64) -> Result<(), SettingsError> {
+    pub fn take(&mut self, part: &'static str, bytes: u64) -> Result<(), BudgetError> {
         if bytes > self.left() {
-            return Err(SettingsError(format!(
+            return Err(BudgetError(format!(
                 "the memory budget of {} MB cannot hold {part} ({:.1} MB): {}; raise REVSTORE_MEMORY_BUDGET_MB or lower that part",
                 self.total / MIB,
                 bytes as f64 / MIB as f64,

@@ -26,8 +26,7 @@ use crate::janitor_admin::{JanitorAdmin, Sweep};
 use crate::server::Platform;
 use crate::settings::{CommonArgs, ServiceSettings, SettingsError, exit_on_settings_error, parse_args_or_exit};
 
-/// A start-up failure, as a message for the operator.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::BoxError;
 
 /// Resolves when the service must shut down.
 pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -8,6 +8,7 @@
 //! - [`openapi`]: what every service's OpenAPI document says alike (the
 //!   bearer scheme, the platform's error answers, path parameter constraints).
 //! - [`problem`]: errors as `application/problem+json` (RFC 9457).
+//! - [`secret`]: tokens, keys and passwords as values that never print.
 //! - [`access`]: bearer tokens for writes (and, optionally, reads).
 //! - [`middleware`]: request ids, spans named by route, Prometheus metrics,
 //!   problem bodies for every error response.
@@ -43,15 +44,19 @@ pub mod launch;
 pub mod middleware;
 pub mod openapi;
 pub mod problem;
+pub mod secret;
 pub mod server;
 pub mod settings;
 pub mod shedding;
 pub mod worker;
 
 pub use access::{Access, WriteAccess};
+/// A failure for the operator to read: start-up, a worker's step.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub use launch::{
-    BoxError, Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, StartError, open_store,
-    run_task, serve_all, service_main, settings_of, start, start_on_store,
+    Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, StartError, open_store, run_task,
+    serve_all, service_main, settings_of, start, start_on_store,
 };
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};

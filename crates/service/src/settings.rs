@@ -3,10 +3,8 @@
 //! from files; `--help` documents all of them. Invalid settings end the process
 //! with a clear message and exit code 64 (EX_USAGE).
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use revstore_keys::{FirstLetterCase, TitleRules};
@@ -15,33 +13,7 @@ use revstore_storage::{CassandraOptions, CassandraTls, ConsistencyLevel, Embedde
 
 use crate::access::Access;
 use crate::connections::ConnectionLimits;
-
-/// A secret value: never printed, not even by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl FromStr for Secret {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_owned()))
-    }
-}
+pub use crate::secret::Secret;
 
 /// The settings' defaults: the command line's and those of a value built in
 /// code ([`CommonArgs::default`], what `revstore up` and the tests start from).
@@ -357,6 +329,12 @@ pub struct AccessLog {
 #[error("{0}")]
 pub struct SettingsError(pub String);
 
+impl From<crate::budget::BudgetError> for SettingsError {
+    fn from(e: crate::budget::BudgetError) -> Self {
+        SettingsError(e.0)
+    }
+}
+
 fn read_secret_file(path: &PathBuf, what: &str) -> Result<String, SettingsError> {
     std::fs::read_to_string(path).map_err(|e| SettingsError(format!("cannot read the {what} file {}: {e}", path.display())))
 }
@@ -366,7 +344,7 @@ fn read_secret_file(path: &PathBuf, what: &str) -> Result<String, SettingsError>
 fn tokens(inline: &[Secret], file: Option<&PathBuf>, what: &str) -> Result<Vec<Secret>, SettingsError> {
     use revstore_client::tokens::{check_token, read_token_file};
     let mut all = Vec::new();
-    for token in inline.iter().map(|t| t.0.trim()).filter(|t| !t.is_empty()) {
+    for token in inline.iter().map(|t| t.expose().trim()).filter(|t| !t.is_empty()) {
         check_token(token, what).map_err(|e| SettingsError(e.to_string()))?;
         all.push(Secret::new(token));
     }
@@ -392,7 +370,7 @@ impl CommonArgs {
         let write = tokens(&self.write_tokens, self.write_tokens_file.as_ref(), "write token")?;
         let read = tokens(&self.read_tokens, self.read_tokens_file.as_ref(), "read token")?;
         let page_token_key = match &self.page_token_key_file {
-            Some(path) => Some(Secret(read_secret_file(path, "page token key")?.trim().to_owned())),
+            Some(path) => Some(Secret::new(read_secret_file(path, "page token key")?.trim())),
             None => None,
         };
         if self.body_limit_bytes == 0 || self.request_timeout_secs == 0 {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::launch::BoxError;
+use crate::BoxError;
 
 /// What a worker's last step found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

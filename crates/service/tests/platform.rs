@@ -178,6 +178,10 @@ impl Engine for Switchable {
         self.check()?;
         self.inner.scan(query).await
     }
+    async fn holdings(&self, query: &revstore_storage::ScanQuery) -> StoreResult<revstore_storage::Holdings> {
+        self.check()?;
+        self.inner.holdings(query).await
+    }
     async fn ping(&self) -> StoreResult<()> {
         self.check()?;
         self.inner.ping().await

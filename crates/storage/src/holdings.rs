@@ -7,7 +7,7 @@ use revstore_schema::{ColumnKind, TableDef};
 use crate::error::StoreResult;
 use crate::ops::{Holdings, ReadQuery, ScanPosition, ScanQuery};
 use crate::store::Engine;
-use crate::value::{Row, Value};
+use crate::value::{Row, Value, clustering_key};
 
 /// Rows read per page when counting a partition's holdings.
 const HOLDINGS_PAGE: u32 = 1000;
@@ -69,9 +69,4 @@ pub fn row_bytes(table: &TableDef, row: &Row) -> u64 {
         .filter_map(|c| row.get(c.name))
         .map(Value::stored_len)
         .sum()
-}
-
-/// The clustering key of a row read from `table`.
-pub fn clustering_key(table: &TableDef, row: &Row) -> Vec<Value> {
-    table.clustering().map(|(c, _)| row.get(c.name).cloned().unwrap_or(Value::Null)).collect()
 }

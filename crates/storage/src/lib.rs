@@ -40,7 +40,7 @@ pub use cassandra::{CassandraEngine, CassandraOptions, CassandraTls, Consistency
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::{Durability, EmbeddedEngine, EmbeddedOptions};
 pub use error::{StoreError, StoreResult};
-pub use holdings::{clustering_key, row_bytes};
+pub use holdings::row_bytes;
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
@@ -49,4 +49,4 @@ pub use ops::{
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store};
-pub use value::{Row, Value};
+pub use value::{Row, Value, clustering_key};

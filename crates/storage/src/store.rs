@@ -9,8 +9,8 @@ use revstore_codecs::PageTokenCodec;
 use revstore_schema::TableDef;
 
 use crate::error::{StoreError, StoreResult};
-use crate::holdings::{clustering_key, live_holdings};
 use crate::validate::{validate_cas, validate_read, validate_scan, validate_write};
+use crate::value::clustering_key;
 use futures_util::{Stream, StreamExt};
 
 use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write};
@@ -117,13 +117,11 @@ pub trait Engine: Send + Sync + Debug {
     async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<crate::ops::ScannedPartition>>;
 
     /// What the engine holds of up to `limit` partitions of the query's range
-    /// (its `statics` are ignored), and where the next step resumes. This
-    /// default counts what reads see, live data only (Cassandra: expired cells
-    /// and tombstones are invisible to a client); the embedded engine
-    /// overrides it to count what its files still keep.
-    async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings> {
-        live_holdings(self, query, u64::MAX).await
-    }
+    /// (its `statics` are ignored), and where the next step resumes.
+    /// Cassandra counts what reads see, live data only (expired cells and
+    /// tombstones are invisible to a client); the embedded engine counts what
+    /// its files still keep. A wrapper passes the call on.
+    async fn holdings(&self, query: &ScanQuery) -> StoreResult<Holdings>;
 
     /// Cheap reachability check for readiness probes.
     async fn ping(&self) -> StoreResult<()>;

@@ -311,6 +311,11 @@ pub fn from_hex(text: &str) -> Option<Vec<u8>> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
 }
 
+/// The clustering key of a row read from `table`.
+pub fn clustering_key(table: &revstore_schema::TableDef, row: &Row) -> Vec<Value> {
+    table.clustering().map(|(c, _)| row.get(c.name).cloned().unwrap_or(Value::Null)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
