@@ -23,14 +23,13 @@
 //!    the baseline: the same rates, each write one plain INSERT of the page's
 //!    HTML through the same driver into the same node (its CPU per write too);
 //!    between the two, the service's own write path called in this process
-//!    (`Pages::put`, no HTTP), and the bench's prototype of seed 000's Option 2
-//!    (`one_table.rs`, the evaluation that chose it) at the same rate. The
-//!    service and the prototype keep superseded renders `--grace-secs`
-//!    (default 5, with no clock-skew allowance: most writes of a page then
-//!    find something to delete, as in a wiki's steady state).
+//!    (`Pages::put`, no HTTP) at the same rate. The service keeps superseded
+//!    renders `--grace-secs` (default 5, with no clock-skew allowance: most
+//!    writes of a page then find something to delete, as in a wiki's steady
+//!    state).
 //! 7. on Cassandra, `--churn-pages N` (with `--churn-renders R`, default 60, at
 //!    `--churn-rate`, default 200/s): N pages each rendered R times, a new
-//!    revision every third render, through the service and the prototype;
+//!    revision every third render, through the service;
 //!    then (after `nodetool flush` when `--nodetool CMD` is given) every
 //!    page's reads traced — the latest, a superseded render by revision and by
 //!    tid, a write's read of the page's keys — with the live rows and tombstones each
@@ -54,8 +53,8 @@
 
 #![allow(clippy::print_stdout)]
 
-#[path = "http/one_table.rs"]
-mod one_table;
+#[path = "http/trace.rs"]
+mod trace;
 
 #[path = "http/dump.rs"]
 mod dump;
@@ -67,7 +66,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use one_table::OneTable;
 use revstore_current_store::{Pages, RenderBody, decode_part};
 use revstore_keys::{Domain, Tid, Title, TitleRules};
 use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
@@ -460,27 +458,10 @@ async fn main() {
         }
         _ => None,
     };
-    // Option 2 beside them, its pages loaded as the service's were.
-    let one_table_grace = grace;
-    let one_table = match &baseline {
-        Some((session, _)) => {
-            let option2 = Arc::new(OneTable::create(session.clone(), &keyspace, one_table_grace).await.expect("Option 2's tables"));
-            let loads = titles.iter().enumerate().map(|(i, t)| {
-                let (option2, html) = (option2.clone(), &html);
-                async move { option2.write(t, 1, Tid::now(), &body(&html[i % html.len()], 0)).await.expect("load Option 2") }
-            });
-            futures_util::stream::iter(loads).buffer_unordered(CONCURRENCY).collect::<Vec<_>>().await;
-            // Past the grace period, a page's next write finds its load-time render superseded long enough to delete.
-            tokio::time::sleep(one_table_grace).await;
-            Some(option2)
-        }
-        None => None,
-    };
-    let one_table_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
     // The service's design called in this process too (`Pages::put` on the
     // Store, no HTTP), on another domain's pages: the control that tells the
     // design's cost from the HTTP service's.
-    let in_process = match &one_table {
+    let in_process = match &baseline {
         Some(_) => {
             let store = revstore_storage::open(StorageSettings::Cassandra(CassandraOptions::new([node.clone()], keyspace.clone())))
                 .await
@@ -496,7 +477,6 @@ async fn main() {
         None => None,
     };
     let in_process_revs: Arc<Vec<AtomicU64>> = Arc::new((0..pages_n).map(|_| AtomicU64::new(1)).collect());
-    let range_deletes = Arc::new(AtomicU64::new(0));
     for rate in rates("--write-rate", "500,1000,1500").into_iter().filter(|_| measure_writes) {
         let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds(&service_pid));
         let run = open_loop(rate, seconds, {
@@ -534,40 +514,6 @@ async fn main() {
             let extra = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
             rows.push(write_row(&engine, &format!("the service's write path in-process (Pages::put), fixed {rate}/s"), &run, &extra));
         }
-        if let Some(option2) = &one_table {
-            let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
-            range_deletes.store(0, Ordering::SeqCst);
-            let run = open_loop(rate, seconds, {
-                let (option2, titles, html, revs, range_deletes) =
-                    (option2.clone(), titles.clone(), Arc::new(html.clone()), one_table_revs.clone(), range_deletes.clone());
-                move |i| {
-                    let (option2, titles, html, revs, range_deletes) =
-                        (option2.clone(), titles.clone(), html.clone(), revs.clone(), range_deletes.clone());
-                    async move {
-                        let p = (i as usize * 7919) % titles.len();
-                        let rev = if i % 2 == 0 { revs[p].fetch_add(1, Ordering::SeqCst) + 1 } else { revs[p].load(Ordering::SeqCst) };
-                        match option2.write(&titles[p], rev as i64, Tid::now(), &body(&html[i as usize % html.len()], rev)).await {
-                            Ok(written) => {
-                                // Range deletes in the low digits, hand-offs counted by the million.
-                                let handed_off = if written.handed_off { 1_000_000 } else { 0 };
-                                range_deletes.fetch_add(written.range_deletes as u64 + handed_off, Ordering::Relaxed);
-                                true
-                            }
-                            Err(_) => false,
-                        }
-                    }
-                }
-            })
-            .await;
-            let (node_ms, bench_ms) = cpu_per_write(cpu_before, run.latencies.len() - run.failed, "self");
-            let (counted, n) = (range_deletes.load(Ordering::SeqCst), run.latencies.len().max(1) as f64);
-            let extra = format!(
-                " CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms; per write: range deletes {:.2}, hand-offs {:.2}",
-                (counted % 1_000_000) as f64 / n,
-                (counted / 1_000_000) as f64 / n
-            );
-            rows.push(write_row(&engine, &format!("Option 2 (one table, in-process), fixed {rate}/s"), &run, &extra));
-        }
         let Some((session, insert)) = &baseline else { continue };
         let cpu_before = (node_pid.as_deref().map_or(0.0, cpu_seconds), cpu_seconds("self"));
         let run = open_loop(rate, seconds, {
@@ -587,10 +533,10 @@ async fn main() {
         rows.push(write_row(&engine, &format!("baseline: one INSERT of the page, fixed {rate}/s"), &run, &cpu));
     }
 
-    // 7. Churn: hot pages through both designs, then what their reads meet.
+    // 7. Churn: hot pages through the service, then what their reads meet.
     let churn_pages: u64 = arg("--churn-pages").map_or(0, |n| n.parse().expect("--churn-pages"));
     let mut churn_rows = Vec::new();
-    if let (Some(option2), Some((session, _)), true) = (&one_table, &baseline, churn_pages > 0) {
+    if let (Some((session, _)), true) = (&baseline, churn_pages > 0) {
         let per_page: u64 = arg("--churn-renders").map_or(60, |n| n.parse().expect("--churn-renders"));
         let churn_rate: u64 = arg("--churn-rate").map_or(200, |n| n.parse().expect("--churn-rate"));
         let churn_titles: Arc<Vec<String>> = Arc::new((0..churn_pages).map(|i| format!("Churn_page_{i}")).collect());
@@ -612,39 +558,22 @@ async fn main() {
         })
         .await;
         rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, the service"), &run, ""));
-        let run = open_loop(churn_rate, writes.div_ceil(churn_rate), {
-            let (option2, titles, html) = (option2.clone(), churn_titles.clone(), Arc::new(html.clone()));
-            move |i| {
-                let (option2, titles, html) = (option2.clone(), titles.clone(), html.clone());
-                async move {
-                    if i >= writes {
-                        return true;
-                    }
-                    let (p, rev) = page_and_rev(i);
-                    option2.write(&titles[p], rev as i64, Tid::now(), &body(&html[i as usize % html.len()], rev)).await.is_ok()
-                }
-            }
-        })
-        .await;
-        rows.push(write_row(&engine, &format!("churn: {churn_pages} pages x {per_page} renders, Option 2"), &run, ""));
         if let Some(nodetool) = arg("--nodetool") {
             let flushed = Command::new("sh").arg("-c").arg(format!("{nodetool} flush {keyspace}")).status().expect("nodetool");
             assert!(flushed.success(), "nodetool flush failed");
         }
-        churn_rows = churn_reads(session, &keyspace, option2, &churn_titles).await;
+        churn_rows = churn_reads(session, &keyspace, &churn_titles).await;
         let disk = session
             .query_unpaged("SELECT table_name, mebibytes FROM system_views.disk_usage WHERE keyspace_name = ?", (&keyspace,))
             .await
             .expect("disk usage");
         for table in disk.into_rows_result().expect("rows").rows::<(String, i64)>().expect("typed").flatten() {
-            churn_rows.push(format!("| on disk | {} | {} MiB (all pages of the bench) | | |", table.0, table.1));
+            churn_rows.push(format!("| on disk: {} | {} MiB (all pages of the bench) | | |", table.0, table.1));
         }
         if let Some(nodetool) = arg("--nodetool") {
-            for table in ["page_renders", "one_table_renders"] {
-                let out =
-                    Command::new("sh").arg("-c").arg(format!("{nodetool} tablehistograms {keyspace} {table}")).output().expect("nodetool");
-                println!("tablehistograms {table}:\n{}", String::from_utf8_lossy(&out.stdout));
-            }
+            let out =
+                Command::new("sh").arg("-c").arg(format!("{nodetool} tablehistograms {keyspace} page_renders")).output().expect("nodetool");
+            println!("tablehistograms page_renders:\n{}", String::from_utf8_lossy(&out.stdout));
         }
     }
 
@@ -837,7 +766,7 @@ async fn main() {
     }
     if !churn_rows.is_empty() {
         println!(
-            "\nreads after the churn, traced (per read: mean live rows; tombstones mean / max)\n| design | read | reads | live rows | tombstones |\n|---|---|---|---|---|"
+            "\nreads after the churn, traced (per read: mean live rows; tombstones mean / max)\n| read | reads | live rows | tombstones |\n|---|---|---|---|"
         );
         for r in churn_rows {
             println!("{r}");
@@ -895,13 +824,12 @@ where
     (ops, all)
 }
 
-/// Every churned page's reads, traced, in the service's table (schema 8's
-/// `page_renders`) and in the bench's Option 2 prototype: the latest render,
+/// Every churned page's reads, traced, in `page_renders`: the latest render,
 /// the newest superseded render by revision and by tid, and the read before a
-/// write (the head's keys: 64 in the service, 32 in the prototype). A row per
-/// design and read: mean live rows, mean and max tombstones.
-async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str, option2: &OneTable, titles: &[String]) -> Vec<String> {
-    use one_table::{ReadCost, traced_read};
+/// write (the page's newest 64 keys). A row per read: mean live rows, mean
+/// and max tombstones.
+async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str, titles: &[String]) -> Vec<String> {
+    use trace::{ReadCost, traced_read};
     let prepare = |cql: String| async move { session.prepare(cql).await.expect("prepare a traced read") };
     let table = format!("\"{keyspace}\".page_renders");
     let latest = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? LIMIT 1")).await;
@@ -910,7 +838,7 @@ async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str,
     let of_rev = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? AND rev = ? LIMIT 1")).await;
     let by_tid = prepare(format!("SELECT html FROM {table} WHERE domain = ? AND title = ? AND rev = ? AND tid = ?")).await;
     let kinds = ["latest", "superseded, by revision", "superseded, by tid", "before a write"];
-    let (mut service, mut option) = (vec![Vec::<ReadCost>::new(); 4], vec![Vec::<ReadCost>::new(); 4]);
+    let mut service = vec![Vec::<ReadCost>::new(); 4];
     let domain = "en.wikipedia.org";
     for title in titles {
         let keys = session.execute_unpaged(&keys_of, (domain, title)).await.expect("renders").into_rows_result().expect("rows");
@@ -926,25 +854,17 @@ async fn churn_reads(session: &scylla::client::session::Session, keyspace: &str,
                 service[k].push(cost);
             }
         }
-        let keys = option2.head(title).await.expect("Option 2's head");
-        if let Some(&(rev, tid)) = keys.get(1) {
-            for (k, cost) in option2.traced_reads(title, rev, tid).await.expect("trace").into_iter().enumerate() {
-                option[k].push(cost);
-            }
-        }
     }
     let mut rows = Vec::new();
-    for (design, costs) in [("service (page_renders)", &service), ("Option 2 prototype", &option)] {
-        for (kind, costs) in kinds.iter().zip(costs.iter()) {
-            let n = costs.len().max(1) as f64;
-            rows.push(format!(
-                "| {design} | {kind} | {} | {:.1} | {:.1} / {} |",
-                costs.len(),
-                costs.iter().map(|c| c.live_rows).sum::<u64>() as f64 / n,
-                costs.iter().map(|c| c.tombstones).sum::<u64>() as f64 / n,
-                costs.iter().map(|c| c.tombstones).max().unwrap_or(0)
-            ));
-        }
+    for (kind, costs) in kinds.iter().zip(service.iter()) {
+        let n = costs.len().max(1) as f64;
+        rows.push(format!(
+            "| {kind} | {} | {:.1} | {:.1} / {} |",
+            costs.len(),
+            costs.iter().map(|c| c.live_rows).sum::<u64>() as f64 / n,
+            costs.iter().map(|c| c.tombstones).sum::<u64>() as f64 / n,
+            costs.iter().map(|c| c.tombstones).max().unwrap_or(0)
+        ));
     }
     rows
 }
