@@ -6,7 +6,7 @@
 //! old-store's resident memory grew far past its block cache under load;
 //! mimalloc, as Rust's allocator and (its `override` feature) as C's `malloc`,
 //! gives freed memory back to the system. Two of its defaults still kept a
-//! process far above its memory budget (BENCHMARKS.md, "The memory budget"),
+//! process far above its memory budget (BENCHMARKS.md, "Memory under a long mixed load"),
 //! and [`tune`] changes them:
 //!
 //! - **purge delay** 1 s → 0. mimalloc v3 returns a freed page to the

@@ -37,7 +37,7 @@ pub const PROCESS_BASE: u64 = 24 * MIB;
 /// What the allocator holds beyond what is in use, as a share of the budget
 /// (an eighth): pages partly in use, and freed memory it has yet to give
 /// back. Measured: with a sixteenth, a loaded old-store at 64 MB still
-/// peaked 4-6 MB above its budget (BENCHMARKS.md, "The memory budget").
+/// peaked 4-6 MB above its budget (BENCHMARKS.md, "Memory under a long mixed load").
 pub const ALLOCATOR_SLACK_DIVISOR: u64 = 8;
 
 /// The smallest budget accepted.

@@ -286,7 +286,7 @@ pub fn service_main<D: ServiceDefinition>() -> ExitCode {
 /// The runtime of a service process. Its blocking threads (SQLite reads,
 /// block decodes and compaction) are bounded: each thread keeps an allocator
 /// heap of its own, and tokio's default of 512 let a loaded old-store hold
-/// about a third more memory (BENCHMARKS.md, "The memory budget"). An idle
+/// about a third more memory (BENCHMARKS.md, "Memory under a long mixed load"). An idle
 /// one exits after 2 s, giving its heap back.
 pub fn service_runtime(blocking_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()

@@ -284,7 +284,7 @@ impl Default for CommonArgs {
 }
 
 /// The in-flight limit when none is set: 64 requests per CPU, from 64 to 1,024
-/// (BENCHMARKS.md, "Overload", for what that holds on two cores).
+/// (BENCHMARKS.md, "Past saturation", for what that holds on two cores).
 pub fn default_max_in_flight() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (64 * cpus).clamp(64, 1024)
