@@ -63,9 +63,9 @@ fn a_newer_schema_is_left_alone_when_compatible_and_refused_when_not() {
 
 #[test]
 fn bad_settings_exit_64() {
-    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--replication", "zero"], &[]);
+    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--cassandra-replication", "zero"], &[]);
     assert_eq!(code, 2, "clap rejects a bad value before we run: {said}");
-    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--username", "u"], &[]);
+    let (code, said) = migrate(&["--cassandra", "127.0.0.1:1", "--cassandra-username", "u"], &[]);
     assert_eq!(code, 64, "{said}");
     assert!(said.contains("go together"), "{said}");
 }

@@ -55,11 +55,12 @@ pub struct StorageArgs {
     pub keyspace: String,
 
     /// Local datacenter: requests go there, LOCAL_* consistency counts there.
-    #[arg(long, alias = "datacenter", env = "REVSTORE_CASSANDRA_DATACENTER")]
+    #[arg(long, env = "REVSTORE_CASSANDRA_DATACENTER")]
     pub cassandra_datacenter: Option<String>,
 
-    /// Replication of a keyspace that has to be created: `3`, or `eqiad:3,codfw:3`.
-    #[arg(long, alias = "replication", env = "REVSTORE_CASSANDRA_REPLICATION", default_value = defaults::REPLICATION)]
+    /// Replication of a keyspace that has to be created: `3`, or `eqiad:3,codfw:3`. A bare factor with
+    /// --cassandra-datacenter is NetworkTopologyStrategy in that datacenter (SimpleStrategy without one).
+    #[arg(long, env = "REVSTORE_CASSANDRA_REPLICATION", default_value = defaults::REPLICATION)]
     pub cassandra_replication: Replication,
 
     /// Consistency of reads and writes: one, local_one, quorum, local_quorum, each_quorum, all.
@@ -67,18 +68,20 @@ pub struct StorageArgs {
     pub cassandra_consistency: ConsistencyLevel,
 
     /// Cassandra user name (with --cassandra-password-file).
-    #[arg(long, alias = "username", env = "REVSTORE_CASSANDRA_USERNAME")]
+    #[arg(long, env = "REVSTORE_CASSANDRA_USERNAME")]
     pub cassandra_username: Option<String>,
 
     /// File holding the Cassandra password.
-    #[arg(long, alias = "password-file", env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
+    #[arg(long, env = "REVSTORE_CASSANDRA_PASSWORD_FILE")]
     pub cassandra_password_file: Option<PathBuf>,
 
-    /// PEM file of the CA the Cassandra nodes' certificates chain to; set = CQL over TLS.
+    /// PEM file of the CA the Cassandra nodes' certificates chain to; set = CQL over TLS only (the
+    /// system's roots are not used; a file that cannot be read or holds no certificate is refused at start).
     #[arg(long, env = "REVSTORE_CASSANDRA_TLS_CA_FILE")]
     pub cassandra_tls_ca_file: Option<PathBuf>,
 
-    /// With TLS: check that each node's certificate names the address connected to (an IP subjectAltName).
+    /// With TLS: check that each node's certificate names the address connected to (an IP subjectAltName);
+    /// false for certificates naming hosts only (the chain to the CA is still checked).
     #[arg(long, env = "REVSTORE_CASSANDRA_TLS_VERIFY_NAME", default_value_t = true, action = clap::ArgAction::Set)]
     pub cassandra_tls_verify_name: bool,
 
@@ -90,7 +93,7 @@ pub struct StorageArgs {
     #[arg(long, env = "REVSTORE_CASSANDRA_TLS_KEY_FILE")]
     pub cassandra_tls_key_file: Option<PathBuf>,
 
-    /// Seconds a storage request may take before it fails as unavailable.
+    /// Seconds a storage request may take before it fails as unavailable (503).
     #[arg(long, env = "REVSTORE_STORAGE_TIMEOUT_SECS", default_value_t = defaults::STORAGE_TIMEOUT_SECS)]
     pub storage_timeout_secs: u64,
 
@@ -187,7 +190,8 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_READ_TOKENS_FILE")]
     pub read_tokens_file: Option<PathBuf>,
 
-    /// File with the key that signs page tokens; replicas of a service must share it.
+    /// File with the key that signs page tokens (default: a key built into revstore, the same for
+    /// every deployment); replicas of a service must share it.
     #[arg(long, env = "REVSTORE_PAGE_TOKEN_KEY_FILE")]
     pub page_token_key_file: Option<PathBuf>,
 

@@ -55,8 +55,9 @@ enum Command {
     /// running system: revisions into old-store, each page's templates into
     /// the dependency graph.
     Import(revstore_dump_import::cli::ImportArgs),
-    /// Writes a domain's current renders to compressed NDJSON shards and a
-    /// manifest, several slices at once, resumable (`--resume`).
+    /// Writes a domain's current renders (`--current`) or its whole history
+    /// (`--history`) to compressed NDJSON shards and a manifest, several
+    /// slices at once, resumable (`--resume`).
     Dump(dump::DumpArgs),
     /// Copies every embedded database of a data directory (`revstore up`'s or
     /// one service's) into a new directory, while the services run.
@@ -90,10 +91,13 @@ struct UpArgs {
     /// Address the services listen on (0.0.0.0: every address, as in a container).
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
+    /// current-store's port.
     #[arg(long, default_value_t = revstore_current_store::DEFAULT_PORT)]
     current_store_port: u16,
+    /// old-store's port.
     #[arg(long, default_value_t = revstore_old_store::DEFAULT_PORT)]
     old_store_port: u16,
+    /// dependency-graph's port.
     #[arg(long, default_value_t = revstore_dependency_graph::DEFAULT_PORT)]
     graph_port: u16,
     /// Seconds between janitor runs (the first runs this long after the start).
