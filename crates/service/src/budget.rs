@@ -43,6 +43,21 @@ pub const ALLOCATOR_SLACK_DIVISOR: u64 = 8;
 /// The smallest budget accepted.
 pub const MIN_BUDGET_MB: u64 = 48;
 
+/// The whole process's memory budget in bytes, when its entry point said it:
+/// a service binary's is its service's, `revstore up`'s the sum of its
+/// services'. The memory alert divides the process's resident set by it.
+static PROCESS_BUDGET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Records the process's memory budget (see [`process_budget`]).
+pub fn set_process_budget(bytes: u64) {
+    PROCESS_BUDGET.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The process's memory budget in bytes, if its entry point recorded one.
+pub fn process_budget() -> Option<u64> {
+    Some(PROCESS_BUDGET.load(std::sync::atomic::Ordering::Relaxed)).filter(|b| *b > 0)
+}
+
 /// One service's memory budget and how it is divided so far.
 #[derive(Debug, Clone)]
 pub struct MemoryBudget {

@@ -273,6 +273,7 @@ pub fn service_main<D: ServiceDefinition>() -> ExitCode {
         Ok(settings) => settings,
         Err(e) => exit_on_settings_error(&binary, e),
     };
+    crate::budget::set_process_budget(settings.memory.total());
     let runtime = match service_runtime(settings.memory.blocking_threads) {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -211,9 +211,12 @@ async fn readyz(State(platform): State<Platform>) -> Result<Json<serde_json::Val
 
 async fn metrics(State(platform): State<Platform>) -> Response {
     // Memory against the budget, for the alert that fires before the
-    // container's limit kills the process. The resident set is the process's
-    // (under `revstore up` three services share it, each with its own budget).
-    metrics::gauge!("memory_budget_bytes", "service" => platform.service()).set(platform.inner.settings.memory.total() as f64);
+    // container's limit kills the process: the resident set is the process's,
+    // and so is the budget it is held to (under `revstore up` three services
+    // share the process, each with its share of the budget).
+    let own = platform.inner.settings.memory.total();
+    metrics::gauge!("memory_budget_bytes", "service" => platform.service()).set(own as f64);
+    metrics::gauge!("process_memory_budget_bytes").set(crate::budget::process_budget().unwrap_or(own) as f64);
     if let Some(rss) = resident_bytes() {
         metrics::gauge!("process_resident_memory_bytes").set(rss as f64);
     }

@@ -4,7 +4,13 @@
 //! ```text
 //! cargo bench -p revstore-old-store --bench soak -- [--minutes 10] [--budget-mb 1024] [--cache-mb 16] [--clients 4] \
 //!     [--binary PATH] [--service-args "--body-limit-bytes 2097152 …"] [--mix 60,10]
+//! cargo build --release --bin revstore
+//! cargo bench -p revstore-old-store --bench soak -- --up --binary target/release/revstore [--budget-mb 1024] …
 //! ```
+//! With `--up` the process under load is `revstore up --memory-budget-mb`
+//! (`--binary` names the `revstore` binary): the same load on its old-store,
+//! the three services and the janitor in the process, and its high-water mark
+//! against the whole budget they share.
 //! It starts the real `revstore-old-store` binary (or `--binary`, e.g. an older
 //! build, to compare two side by side) with `--memory-budget-mb` (and
 //! `--block-cache-mb` when `--cache-mb` is given; else the budget sizes the
@@ -103,19 +109,31 @@ async fn main() {
     // Percent of reads and of streams (the rest are writes): `--mix 60,10`.
     let mix: Vec<u32> = arg("--mix").map_or(vec![60, 10], |m| m.split(',').map(|p| p.parse().expect("--mix")).collect());
     let (reads, streams) = (mix[0], mix[0] + mix.get(1).copied().unwrap_or(0));
-    let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-old-store").to_owned());
+    let up = std::env::args().any(|a| a == "--up");
+    let binary = match (arg("--binary"), up) {
+        (Some(binary), _) => binary,
+        (None, false) => env!("CARGO_BIN_EXE_revstore-old-store").to_owned(),
+        (None, true) => panic!("--up needs --binary, the revstore binary (cargo build --release --bin revstore)"),
+    };
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(&binary)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
-        .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--memory-budget-mb", &budget_mb.to_string()])
-        .args(cache_mb.map(|mb| vec!["--block-cache-mb".to_owned(), mb.to_string()]).unwrap_or_default())
-        .args(&service_args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start old-store");
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
+    let mut command = Command::new(&binary);
+    if up {
+        assert!(cache_mb.is_none() && service_args.is_empty(), "revstore up takes neither --cache-mb nor --service-args");
+        command
+            .args(["up", "--data-dir", dir.path().to_str().unwrap(), "--memory-budget-mb", &budget_mb.to_string()])
+            .args(["--old-store-port", &port.to_string(), "--current-store-port", &free_port().to_string()])
+            .args(["--graph-port", &free_port().to_string()])
+            .env("REVSTORE_WRITE_TOKENS", TOKEN);
+    } else {
+        command
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+            .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--memory-budget-mb", &budget_mb.to_string()])
+            .args(cache_mb.map(|mb| vec!["--block-cache-mb".to_owned(), mb.to_string()]).unwrap_or_default())
+            .args(&service_args);
+    }
+    let child = command.env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start old-store");
     let service = Service { child, base: format!("http://127.0.0.1:{port}") };
     let pid = service.child.id();
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();

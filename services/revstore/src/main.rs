@@ -10,6 +10,8 @@
 //! summary in `DIR/janitor.json`. The write token is
 //! `REVSTORE_WRITE_TOKENS`' first, else the one kept in `DIR/write-token`
 //! (generated on first start). Ctrl-C or SIGTERM drains and stops everything.
+//! One memory budget (`--memory-budget-mb`) bounds the process: the services
+//! share it, and the runtime's blocking threads are sized from it.
 //! The separate binaries (`revstore-current-store`, …) stay for Kubernetes.
 //!
 //! `revstore import DUMP` loads a MediaWiki XML history dump into the running
@@ -106,39 +108,153 @@ struct UpArgs {
     /// First-letter rule of titles: `upper` (Wikipedia) or `sensitive` (Wiktionary).
     #[arg(long, env = "REVSTORE_TITLE_CASE", default_value = defaults::TITLE_CASE, value_parser = ["upper", "sensitive"])]
     title_case: String,
+    /// The memory the whole process may use, in MB: set the container's limit
+    /// 10-15% above it. old-store gets half (its caches and compactions),
+    /// current-store and the graph a quarter each; each divides its share as
+    /// its own binary divides its budget (about 850 at least, with the default
+    /// body and block sizes).
+    #[arg(long, env = "REVSTORE_MEMORY_BUDGET_MB", default_value_t = defaults::MEMORY_BUDGET_MB)]
+    memory_budget_mb: u64,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How `revstore up` divides its memory budget among its services, in
+/// quarters: old-store's block cache, decodes and compactions are what grow
+/// with the load; the other two hold a page or a listing at a time.
+const BUDGET_QUARTERS: [(&str, u64); 3] = [(OldStore::NAME, 2), (CurrentStore::NAME, 1), (DependencyGraph::NAME, 1)];
+
+/// A service's share of `revstore up`'s budget, in MB.
+fn budget_share(service: &str, total_mb: u64) -> u64 {
+    BUDGET_QUARTERS.iter().find(|(name, _)| *name == service).map_or(0, |(_, quarters)| total_mb * quarters / 4)
+}
+
+fn main() -> ExitCode {
     revstore_service::allocator::tune();
     let args = match revstore_service::parse_args_or_exit::<Cli>().command {
-        Command::Up(args) => args,
-        Command::Import(args) => return revstore_dump_import::cli::run(args).await,
-        Command::Dump(args) => return dump::run(args).await,
-        Command::Backup { data_dir, destination } => {
-            return copy("backup", move || revstore_storage::embedded::backup::backup(&data_dir, &destination)).await;
-        }
-        Command::Restore { backup, data_dir } => {
-            return copy("restore", move || revstore_storage::embedded::backup::restore(&backup, &data_dir)).await;
-        }
+        Command::Up(args) => return run_up(args),
+        other => other,
     };
-    let telemetry = match revstore_telemetry::init("revstore") {
-        Ok(guard) => guard,
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("revstore: {e}");
+            eprintln!("revstore: cannot start the runtime: {e}");
             return ExitCode::from(70);
         }
     };
-    let code = match up(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "revstore up stopped");
+    runtime.block_on(async move {
+        match args {
+            Command::Up(_) => unreachable!("handled above"),
+            Command::Import(args) => revstore_dump_import::cli::run(args).await,
+            Command::Dump(args) => dump::run(args).await,
+            Command::Backup { data_dir, destination } => {
+                copy("backup", move || revstore_storage::embedded::backup::backup(&data_dir, &destination)).await
+            }
+            Command::Restore { backup, data_dir } => {
+                copy("restore", move || revstore_storage::embedded::backup::restore(&backup, &data_dir)).await
+            }
+        }
+    })
+}
+
+/// `revstore up`: its services' settings first (a budget or a setting that
+/// cannot work exits 64 before anything starts), then one runtime for the
+/// process with the blocking threads of the three services' budgets together
+/// (tokio's default of 512 would let each thread's allocator heap grow the
+/// process past its budget), then the services until Ctrl-C or SIGTERM.
+fn run_up(args: UpArgs) -> ExitCode {
+    let plan = match UpPlan::new(args) {
+        Ok(plan) => plan,
+        Err(UpError::Settings(e)) => revstore_service::exit_on_settings_error("revstore up", e),
+        Err(UpError::Other(e)) => {
             eprintln!("revstore up: {e}");
-            ExitCode::from(1)
+            return ExitCode::from(1);
         }
     };
-    telemetry.shutdown();
-    code
+    let blocking_threads = plan.services.iter().map(|s| s.memory.blocking_threads).sum();
+    revstore_service::budget::set_process_budget(plan.services.iter().map(|s| s.memory.total()).sum());
+    let runtime = match revstore_service::launch::service_runtime(blocking_threads) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("revstore up: cannot start the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(async move {
+        let telemetry = match revstore_telemetry::init("revstore") {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("revstore: {e}");
+                return ExitCode::from(70);
+            }
+        };
+        tracing::info!(
+            service = "revstore",
+            budget_mb = plan.args.memory_budget_mb,
+            blocking_threads,
+            division = %[OldStore::NAME, DependencyGraph::NAME, CurrentStore::NAME]
+                .iter()
+                .zip(&plan.services)
+                .map(|(name, s)| format!("{name} {} MB", s.memory.total() >> 20))
+                .collect::<Vec<_>>()
+                .join(", "),
+            "memory budget"
+        );
+        let code = match up(plan).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "revstore up stopped");
+                eprintln!("revstore up: {e}");
+                ExitCode::from(1)
+            }
+        };
+        telemetry.shutdown();
+        code
+    })
+}
+
+/// Why `revstore up` cannot start: a setting (exit 64), or anything else.
+#[derive(Debug)]
+enum UpError {
+    Settings(revstore_service::SettingsError),
+    Other(BoxError),
+}
+
+/// What `revstore up` starts, decided before any runtime or service: the
+/// data directory's lock, the write token and each service's settings.
+struct UpPlan {
+    args: UpArgs,
+    _lock: std::fs::File,
+    token_file: PathBuf,
+    token_origin: TokenOrigin,
+    /// old-store, the graph and current-store, in the order they start.
+    services: [revstore_service::ServiceSettings; 3],
+}
+
+impl UpPlan {
+    fn new(args: UpArgs) -> Result<UpPlan, UpError> {
+        let data_dir = args.storage.data_dir.clone();
+        let lock = lock_data_dir(&data_dir).map_err(UpError::Other)?;
+        let (token_file, token_origin) = write_token(&data_dir).map_err(UpError::Other)?;
+        let shared = |service: &str, port: u16| {
+            CommonArgs {
+                listen: Some(SocketAddr::new(args.host, port)),
+                storage: StorageArgs { data_dir: data_dir.join(service), ..args.storage.clone() },
+                write_tokens_file: Some(token_file.clone()),
+                shutdown_delay_secs: 0,
+                migrate_on_start: Some(true),
+                title_case: args.title_case.clone(),
+                memory_budget_mb: budget_share(service, args.memory_budget_mb),
+                ..CommonArgs::default()
+            }
+            .resolve(port)
+            .map_err(|e| UpError::Settings(revstore_service::SettingsError(format!("{service}: {e}"))))
+        };
+        let services = [
+            shared(OldStore::NAME, args.old_store_port)?,
+            shared(DependencyGraph::NAME, args.graph_port)?,
+            shared(CurrentStore::NAME, args.current_store_port)?,
+        ];
+        Ok(UpPlan { _lock: lock, token_file, token_origin, services, args })
+    }
 }
 
 /// Runs a backup or a restore and reports it: exit 0, 65 for a refused
@@ -176,29 +292,15 @@ async fn copy(
     }
 }
 
-async fn up(args: UpArgs) -> Result<(), BoxError> {
+async fn up(plan: UpPlan) -> Result<(), BoxError> {
+    let UpPlan { args, _lock, token_file, token_origin, services: [old_store_settings, graph_settings, current_settings_shared] } = plan;
     let data_dir = args.storage.data_dir.clone();
-    let _lock = lock_data_dir(&data_dir)?;
-    let (token_file, token_origin) = write_token(&data_dir)?;
     // Listening on every address (in a container): the services call each other on the loopback.
     let peer_host = if args.host.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.host };
     let url = |port: u16| format!("http://{}", SocketAddr::new(peer_host, port));
     let (current_url, old_url, graph_url) = (url(args.current_store_port), url(args.old_store_port), url(args.graph_port));
-    let shared = |service: &str, port: u16| {
-        CommonArgs {
-            listen: Some(SocketAddr::new(args.host, port)),
-            storage: StorageArgs { data_dir: data_dir.join(service), ..args.storage.clone() },
-            write_tokens_file: Some(token_file.clone()),
-            shutdown_delay_secs: 0,
-            migrate_on_start: Some(true),
-            title_case: args.title_case.clone(),
-            ..CommonArgs::default()
-        }
-        .resolve(port)
-        .map_err(|e| format!("{service}: {e}"))
-    };
-    let old_store = start::<OldStore>(shared(OldStore::NAME, args.old_store_port)?, Default::default()).await?;
-    let graph = start::<DependencyGraph>(shared(DependencyGraph::NAME, args.graph_port)?, Default::default()).await?;
+    let old_store = start::<OldStore>(old_store_settings, Default::default()).await?;
+    let graph = start::<DependencyGraph>(graph_settings, Default::default()).await?;
     let current_settings = revstore_current_store::Settings {
         old_store_url: Some(old_url.clone()),
         graph_url: Some(graph_url.clone()),
@@ -206,7 +308,7 @@ async fn up(args: UpArgs) -> Result<(), BoxError> {
         peer_token_file: Some(token_file.clone()),
         ..Default::default()
     };
-    let current = start::<CurrentStore>(shared(CurrentStore::NAME, args.current_store_port)?, current_settings).await?;
+    let current = start::<CurrentStore>(current_settings_shared, current_settings).await?;
 
     let janitor = revstore_janitor::Settings {
         current_store_url: Some(current_url.clone()),

@@ -40,6 +40,7 @@ async fn up_with(dir: &std::path::Path, extra: &[&str]) -> (Running, u16, u16, u
         .args(extra)
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_CASSANDRA")
+        .env_remove("REVSTORE_MEMORY_BUDGET_MB")
         // Variables meant for the service binaries do not reach `revstore up`'s
         // services: with these leaking, reads would need a token, the
         // in-flight limit would refuse to start, and hand-offs would go to a dead port.
@@ -433,4 +434,43 @@ async fn a_second_up_on_a_directory_in_use_changes_nothing_and_no_token_is_print
         .await
         .expect("write");
     assert_eq!(written.status(), 201);
+}
+
+/// The value of an unlabelled or exactly labelled series in a `/metrics` text.
+fn series(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+/// One memory budget for the process: old-store gets half, current-store
+/// and the graph a quarter each, and every service's `/metrics` says its
+/// share and the process's whole (what the memory alert divides by); a
+/// budget too small for a service's parts is refused at start (64), naming
+/// the service, before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_divides_one_memory_budget_among_its_services() {
+    const MIB: f64 = 1048576.0;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_running, current, old, graph) = up_with(dir.path(), &["--memory-budget-mb", "1000"]).await;
+    let http = reqwest::Client::new();
+    for (port, service, share_mb) in [(current, "current-store", 250.0), (old, "old-store", 500.0), (graph, "dependency-graph", 250.0)] {
+        let metrics = http.get(format!("http://127.0.0.1:{port}/metrics")).send().await.expect("metrics").text().await.expect("text");
+        assert_eq!(series(&metrics, "process_memory_budget_bytes"), Some(1000.0 * MIB), "{service}: {metrics}");
+        assert_eq!(series(&metrics, &format!("memory_budget_bytes{{service=\"{service}\"}}")), Some(share_mb * MIB), "{service}");
+        let resident = series(&metrics, "process_resident_memory_bytes").expect("the resident set");
+        assert!(resident > 0.0 && resident < 1000.0 * MIB, "{service}: {resident}");
+    }
+
+    let small = tempfile::tempdir().expect("tempdir");
+    let refused = Command::new(env!("CARGO_BIN_EXE_revstore"))
+        .args(["up", "--data-dir", small.path().join("data").to_str().expect("utf-8"), "--memory-budget-mb", "200"])
+        .args(["--current-store-port", &free_port().to_string(), "--old-store-port", &free_port().to_string()])
+        .args(["--graph-port", &free_port().to_string()])
+        .env_remove("REVSTORE_WRITE_TOKENS")
+        .env_remove("REVSTORE_MEMORY_BUDGET_MB")
+        .output()
+        .expect("run revstore up");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{said}");
+    assert!(said.contains("old-store: the memory budget of 100 MB cannot hold"), "{said}");
+    assert!(!small.path().join("data").join("old-store").exists(), "a refused start created a store");
 }
