@@ -4,7 +4,8 @@
 //! schema component, its own settings type, how to build it from them and a
 //! [`Context`]) and built into a value ([`Service`]: its platform, router and
 //! workers). Its settings are values: the binary parses them from its command
-//! line ([`ServiceArgs`]), `revstore up` and the tests build them in code, and
+//! line ([`CommandLine`]: the shared settings and the service's own struct,
+//! which is its own flags too), `revstore up` and the tests build them in code, and
 //! all three start the service through [`start`] (bind, open, build). A
 //! binary serves one ([`service_main`]); a process can serve several side by
 //! side, each with its own store and listener ([`serve_all`]). A job
@@ -24,22 +25,47 @@ use tokio_util::sync::CancellationToken;
 
 use crate::janitor_admin::{JanitorAdmin, Sweep};
 use crate::server::Platform;
-use crate::settings::{CommonArgs, ServiceSettings, SettingsError, exit_on_settings_error, parse_args_or_exit};
+use crate::settings::{CommonArgs, ServiceSettings, SettingsError, exit_on_settings_error};
 
 pub use crate::BoxError;
 
 /// Resolves when the service must shut down.
 pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The command line of a service binary: the shared settings and its own.
-/// The command line is one way to say the settings; `revstore up` and the
-/// tests build the same values in code ([`ServiceDefinition::Settings`]).
-pub trait ServiceArgs: clap::Parser + Send + 'static {
-    /// The service's own settings, as a value.
-    type Settings: Send + 'static;
-    fn common(&self) -> &CommonArgs;
-    /// Its own settings, checked: an unusable one is said here (exit 64).
-    fn settings(&self) -> Result<Self::Settings, SettingsError>;
+/// The command line of a service binary: the settings every service shares
+/// and the service's own, each a flag and a `REVSTORE_*` variable. The
+/// service's settings struct is its flags: one declaration, parsed here and
+/// built in code by `revstore up` and the tests.
+#[derive(Debug, Clone, clap::Parser)]
+pub struct CommandLine<S: clap::Args> {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub own: S,
+}
+
+impl<S: clap::Args + clap::FromArgMatches> CommandLine<S> {
+    /// Both kinds of settings as values: the shared ones resolved (files
+    /// read, the memory budget divided), the service's own checked.
+    pub fn settings<D: ServiceDefinition<Settings = S>>(self) -> Result<(ServiceSettings, S), SettingsError> {
+        let common = self.common.resolve(D::DEFAULT_PORT)?;
+        D::validate(&self.own)?;
+        Ok((common, self.own))
+    }
+}
+
+/// The settings of a service with none of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct NoSettings {}
+
+/// The value of settings struct `S` when no flag is given and no variable is
+/// set: each field at its flag's default. A settings struct's `Default` is
+/// this, so that the value `revstore up` and the tests start from cannot
+/// drift from what the binary does without flags.
+pub fn command_line_defaults<S: clap::Args + clap::FromArgMatches>() -> S {
+    let command = S::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None::<&str>));
+    let matches = command.try_get_matches_from(["defaults"]).expect("every setting has a default or is optional");
+    S::from_arg_matches(&matches).expect("a setting's default parses")
 }
 
 /// What a service is built from: its store (opened, its schema migrated when
@@ -60,18 +86,41 @@ impl Context {
 
 /// A kind of service: its name, port, tables, and how to build one.
 pub trait ServiceDefinition: 'static {
-    /// Its own settings, beside the shared [`ServiceSettings`].
-    type Settings: Send + 'static;
-    /// Its command line (its own settings, and the shared ones flattened).
-    type Args: ServiceArgs<Settings = Self::Settings>;
-    /// `current-store`, `old-store`…: logs, metrics, the binary's name.
+    /// Its own settings, beside the shared [`ServiceSettings`]: a struct whose
+    /// fields are its flags, whose `Default` is [`command_line_defaults`].
+    type Settings: clap::Args + clap::FromArgMatches + Clone + std::fmt::Debug + Send + 'static;
+    /// `current-store`, `old-store`…: logs, metrics.
     const NAME: &'static str;
+    /// Its binary's name (`revstore-current-store`…) and one-line description.
+    const BINARY: &'static str;
+    const ABOUT: &'static str;
     const DEFAULT_PORT: u16;
     /// Its tables: migrated at start (when asked) and checked by `/readyz`.
     const SCHEMA: &'static Component;
 
+    /// Checks what one flag's parser cannot: settings that only work together.
+    /// Called on every way a service starts ([`start`]).
+    fn validate(_settings: &Self::Settings) -> Result<(), SettingsError> {
+        Ok(())
+    }
+
     /// Builds the service (routes, workers) from its settings and context.
     fn build(settings: Self::Settings, context: Context) -> impl Future<Output = Result<Service, BoxError>> + Send;
+}
+
+/// The command line of `D`'s binary, with its name and description.
+pub fn command_of<D: ServiceDefinition>() -> clap::Command {
+    use clap::CommandFactory;
+    CommandLine::<D::Settings>::command().name(D::BINARY).bin_name(D::BINARY).about(D::ABOUT).version(env!("CARGO_PKG_VERSION"))
+}
+
+/// `D`'s command line parsed from `args` (the program's name first).
+pub fn parse_command_line<D: ServiceDefinition>(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> Result<CommandLine<D::Settings>, clap::Error> {
+    use clap::FromArgMatches;
+    let matches = command_of::<D>().try_get_matches_from(args)?;
+    CommandLine::from_arg_matches(&matches)
 }
 
 /// A service's routes with their path templates remembered: the contract
@@ -164,7 +213,10 @@ pub enum StartError {
     /// Its address is taken or not this machine's (exit 69 for a binary).
     #[error("{service}: cannot listen on {address}: {source}")]
     Listen { service: &'static str, address: std::net::SocketAddr, source: std::io::Error },
-    /// Its store did not open or migrate, or the service refused its settings.
+    /// Its own settings do not work together (exit 64 for a binary).
+    #[error("{service}: invalid settings: {reason}")]
+    Settings { service: &'static str, reason: SettingsError },
+    /// Its store did not open or migrate, or the service could not be built.
     #[error("{service}: {reason}")]
     Build { service: &'static str, reason: BoxError },
 }
@@ -191,6 +243,7 @@ async fn start_with<D: ServiceDefinition>(
     own: D::Settings,
     store: Option<Store>,
 ) -> Result<(Service, TcpListener), StartError> {
+    D::validate(&own).map_err(|reason| StartError::Settings { service: D::NAME, reason })?;
     let address = settings.listen;
     let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { service: D::NAME, address, source })?;
     let failed = |reason: BoxError| StartError::Build { service: D::NAME, reason };
@@ -200,12 +253,6 @@ async fn start_with<D: ServiceDefinition>(
     };
     let service = D::build(own, context).await.map_err(failed)?;
     Ok((service, listener))
-}
-
-/// A binary's command line as settings values: the shared ones resolved
-/// (files read) and the service's own.
-pub fn settings_of<A: ServiceArgs>(args: &A, default_port: u16) -> Result<(ServiceSettings, A::Settings), SettingsError> {
-    Ok((args.common().resolve(default_port)?, args.settings()?))
 }
 
 /// Serves several services side by side, each on its own listener, until
@@ -267,11 +314,14 @@ pub async fn open_store(settings: &ServiceSettings, schema: &'static Component) 
 /// the service failed.
 pub fn service_main<D: ServiceDefinition>() -> ExitCode {
     let tuning = revstore_allocator::tune();
-    let binary = format!("revstore-{}", D::NAME);
-    let args: D::Args = parse_args_or_exit();
-    let (settings, own) = match settings_of(&args, D::DEFAULT_PORT) {
+    let binary = D::BINARY;
+    let line = match parse_command_line::<D>(std::env::args_os()) {
+        Ok(line) => line,
+        Err(e) => crate::settings::exit_on_clap_error(e),
+    };
+    let (settings, own) = match line.settings::<D>() {
         Ok(settings) => settings,
-        Err(e) => exit_on_settings_error(&binary, e),
+        Err(e) => exit_on_settings_error(binary, e),
     };
     crate::budget::set_process_budget(settings.memory.total());
     let runtime = match service_runtime(settings.memory.blocking_threads) {
@@ -281,7 +331,7 @@ pub fn service_main<D: ServiceDefinition>() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    runtime.block_on(serve_main::<D>(&binary, settings, own, tuning))
+    runtime.block_on(serve_main::<D>(binary, settings, own, tuning))
 }
 
 /// The runtime of a service process. Its blocking threads (SQLite reads,
@@ -321,6 +371,11 @@ async fn serve_main<D: ServiceDefinition>(
         Err(StartError::Listen { address, source, .. }) => {
             tracing::error!(%address, error = %source, "cannot listen");
             ExitCode::from(69)
+        }
+        Err(e @ StartError::Settings { .. }) => {
+            tracing::error!(error = %e, "{} stopped", D::NAME);
+            eprintln!("{binary}: {e}");
+            ExitCode::from(64)
         }
         Err(e) => {
             tracing::error!(error = %e, "{} stopped", D::NAME);

@@ -55,14 +55,14 @@ pub use access::{Access, WriteAccess};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub use launch::{
-    Context, EXIT_INTERRUPTED, JobOutcome, Routes, Service, ServiceArgs, ServiceDefinition, Shutdown, StartError, open_store, run_task,
-    serve_all, service_main, settings_of, start, start_on_store,
+    CommandLine, Context, EXIT_INTERRUPTED, JobOutcome, NoSettings, Routes, Service, ServiceDefinition, Shutdown, StartError,
+    command_line_defaults, command_of, open_store, parse_command_line, run_task, serve_all, service_main, start, start_on_store,
 };
 pub use problem::ApiError;
 pub use server::{Platform, serve, shutdown_signal};
 pub use settings::{
-    AccessLog, CommonArgs, Secret, ServiceSettings, SettingsError, StorageArgs, exit_on_settings_error, parse_args_or_exit,
-    parse_from_or_exit,
+    AccessLog, CommonArgs, Secret, ServiceSettings, SettingsError, StorageArgs, exit_on_clap_error, exit_on_settings_error,
+    parse_args_or_exit, parse_from_or_exit,
 };
 
 /// Whether a request's `If-None-Match` names `etag` (or is `*`): the answer is

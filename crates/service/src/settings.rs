@@ -328,6 +328,12 @@ pub struct AccessLog {
     pub slow: Duration,
 }
 
+/// A flag's value parser: whole seconds within `range`, as a `Duration`.
+pub fn seconds(range: impl std::ops::RangeBounds<u64>) -> impl clap::builder::TypedValueParser<Value = Duration> {
+    use clap::builder::TypedValueParser as _;
+    clap::value_parser!(u64).range(range).map(Duration::from_secs)
+}
+
 /// A setting that cannot be used, said so that the operator can fix it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -419,16 +425,16 @@ pub fn parse_args_or_exit<T: clap::Parser>() -> T {
 
 /// [`parse_args_or_exit`] over given arguments.
 pub fn parse_from_or_exit<T: clap::Parser, I: IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>>(args: I) -> T {
-    match T::try_parse_from(args) {
-        Ok(args) => args,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
-            let _ = e.print();
-            std::process::exit(0)
-        }
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(64)
-        }
+    T::try_parse_from(args).unwrap_or_else(|e| exit_on_clap_error(e))
+}
+
+/// Ends the process for what parsing a command line said: `--help` and
+/// `--version` print and exit 0, anything invalid prints the reason and exits 64.
+pub fn exit_on_clap_error(e: clap::Error) -> ! {
+    let _ = e.print();
+    match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => std::process::exit(0),
+        _ => std::process::exit(64),
     }
 }
 

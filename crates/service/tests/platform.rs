@@ -23,8 +23,8 @@ use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_schema::{Column as C, Compaction, Component, TableDef};
 use revstore_service::worker::{Worker, WorkerState};
 use revstore_service::{
-    Access, ApiError, BoxError, CommonArgs, Context, JobOutcome, Platform, Routes, Secret, Service, ServiceArgs, ServiceDefinition,
-    SettingsError, StorageArgs, WriteAccess, run_task, serve,
+    Access, ApiError, BoxError, CommonArgs, Context, JobOutcome, NoSettings, Platform, Routes, Secret, Service, ServiceDefinition,
+    StorageArgs, WriteAccess, run_task, serve,
 };
 use revstore_storage::{
     Cas, CasOutcome, Engine, EngineKind, PurgeStats, ReadQuery, Row, ScanQuery, ScannedPartition, Store, StoreError, StoreResult, Upsert,
@@ -564,29 +564,18 @@ impl Worker for Seed {
     async fn wait_for_work(&mut self) {}
 }
 
-impl ServiceArgs for TestArgs {
-    type Settings = ();
-
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-
-    fn settings(&self) -> Result<(), SettingsError> {
-        Ok(())
-    }
-}
-
 /// The items service as a kind of service, built the way a binary builds it.
 struct Items;
 
 impl ServiceDefinition for Items {
-    type Settings = ();
-    type Args = TestArgs;
+    type Settings = NoSettings;
     const NAME: &'static str = "items";
+    const BINARY: &'static str = "revstore-items";
+    const ABOUT: &'static str = "items, the platform's test service";
     const DEFAULT_PORT: u16 = 0;
     const SCHEMA: &'static Component = &ITEMS_SCHEMA;
 
-    async fn build((): (), context: Context) -> Result<Service, BoxError> {
+    async fn build(_: NoSettings, context: Context) -> Result<Service, BoxError> {
         let platform = Platform::new(Self::SCHEMA, context.store, context.settings, Default::default());
         platform.spawn_worker(Seed);
         let routes = Routes::new()
@@ -612,7 +601,7 @@ async fn one_process_serves_two_services_side_by_side_each_on_its_own_store() {
         }
         .resolve(Items::DEFAULT_PORT)
         .expect("settings");
-        let (service, listener) = revstore_service::start::<Items>(settings, ()).await.expect("start");
+        let (service, listener) = revstore_service::start::<Items>(settings, NoSettings {}).await.expect("start");
         assert_eq!(service.name(), "items");
         // Its own route, and the janitor's admin calls every service answers.
         assert_eq!(

@@ -87,8 +87,8 @@ fn settings<D: ServiceDefinition>(token: &str, extra: &[&str]) -> (ServiceSettin
     let program = format!("revstore-{}", D::NAME);
     let mut argv = vec![program.as_str(), "--write-tokens", token, "--shutdown-delay-secs", "0", "--listen", "127.0.0.1:0"];
     argv.extend_from_slice(extra);
-    let args = <D::Args as clap::Parser>::try_parse_from(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
-    revstore_service::settings_of(&args, D::DEFAULT_PORT).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"))
+    let line = revstore_service::parse_command_line::<D>(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
+    line.settings::<D>().unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"))
 }
 
 async fn serve_until_ready<D: ServiceDefinition>(

@@ -1,30 +1,11 @@
 //! The contract check finds a router and an OpenAPI document that disagree.
 
 use axum::routing::get;
-use clap::Parser;
 use revstore_schema::Component;
-use revstore_service::{BoxError, CommonArgs, Context, Platform, Routes, Service, ServiceArgs, ServiceDefinition, SettingsError};
+use revstore_service::{BoxError, Context, NoSettings, Platform, Routes, Service, ServiceDefinition};
 use revstore_test_service::Engine;
 
 static NO_TABLES: Component = Component { name: "drifting", version: 1, compatible_from: 1, tables: &[] };
-
-#[derive(Debug, Parser)]
-struct Args {
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-impl ServiceArgs for Args {
-    type Settings = ();
-
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-
-    fn settings(&self) -> Result<(), SettingsError> {
-        Ok(())
-    }
-}
 
 #[utoipa::path(get, path = "/{domain}/v1/things/{title}", params(("domain" = String, Path), ("title" = String, Path)),
     responses((status = 200, description = "a thing")))]
@@ -45,13 +26,14 @@ struct Doc;
 struct Drifting;
 
 impl ServiceDefinition for Drifting {
-    type Settings = ();
-    type Args = Args;
+    type Settings = NoSettings;
     const NAME: &'static str = "drifting";
+    const BINARY: &'static str = "revstore-drifting";
+    const ABOUT: &'static str = "a service whose routes and document disagree";
     const DEFAULT_PORT: u16 = 0;
     const SCHEMA: &'static Component = &NO_TABLES;
 
-    async fn build((): (), context: Context) -> Result<Service, BoxError> {
+    async fn build(_: NoSettings, context: Context) -> Result<Service, BoxError> {
         let platform = Platform::new(Self::SCHEMA, context.store, context.settings, <Doc as utoipa::OpenApi>::openapi());
         let routes = Routes::new().route("/{domain}/v1/things/{x}", get(thing).post(thing)).route("/secret", get(thing));
         Ok(Service::new(platform, routes))

@@ -33,70 +33,26 @@ use std::time::Duration;
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
-use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition, SettingsError};
+use revstore_service::settings::seconds;
+use revstore_service::{Context, Platform, Service, ServiceDefinition, SettingsError};
 use utoipa::OpenApi;
 
 pub const SERVICE: &str = "current-store";
 pub const DEFAULT_PORT: u16 = 8081;
 
-/// current-store's own settings, as a value.
-#[derive(Debug, Clone)]
+/// current-store's own settings: its flags (beside those every service has),
+/// and the value `revstore up` and the tests build in code.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Settings {
-    /// How long a superseded render stays retrievable by revision and by tid.
-    pub grace_ttl: Duration,
-    /// The largest clock difference between instances that retention allows for.
-    pub clock_skew: Duration,
-    /// old-store's base URL: revisions not held here are read from it, and
-    /// the first render of each revision is handed to it.
-    pub old_store_url: Option<String>,
-    /// The dependency graph's base URL, for change notices.
-    pub graph_url: Option<String>,
-    /// Notify the graph of new revisions (needs `graph_url`).
-    pub notify_graph: bool,
-    /// This service presents the file's first token to old-store and the graph.
-    pub peer_token_file: Option<std::path::PathBuf>,
-    /// Pages per second all dumps of this replica read together (0: no limit).
-    pub dump_pages_per_second: u32,
-}
-
-/// The dump rate when none is set: about 20 MB/s of HTML, a fraction of what
-/// the node serves live readers.
-pub const DEFAULT_DUMP_PAGES_PER_SECOND: u32 = 1000;
-
-/// The grace TTL when none is set: a day.
-pub const DEFAULT_GRACE_TTL_SECS: u64 = 86_400;
-
-impl Default for Settings {
-    /// Not wired to old-store or the graph; a day's grace.
-    fn default() -> Self {
-        Settings {
-            grace_ttl: Duration::from_secs(DEFAULT_GRACE_TTL_SECS),
-            clock_skew: revstore_keys::time::MAX_CLOCK_SKEW,
-            old_store_url: None,
-            graph_url: None,
-            notify_graph: false,
-            peer_token_file: None,
-            dump_pages_per_second: DEFAULT_DUMP_PAGES_PER_SECOND,
-        }
-    }
-}
-
-/// `revstore-current-store`'s command line: the shared settings and its own.
-#[derive(Debug, Clone, clap::Parser)]
-#[command(name = "revstore-current-store", version, about = "revstore current-store: the latest render of every page")]
-pub struct Args {
-    #[command(flatten)]
-    pub common: CommonArgs,
-
     /// Seconds a superseded render stays retrievable by revision and by tid.
-    #[arg(long, env = "REVSTORE_GRACE_TTL", default_value_t = DEFAULT_GRACE_TTL_SECS)]
-    pub grace_ttl: u64,
+    #[arg(long = "grace-ttl", env = "REVSTORE_GRACE_TTL", default_value = "86400", value_parser = seconds(1..))]
+    pub grace_ttl: Duration,
 
     /// Seconds of clock difference between current-store's instances that
     /// retention allows for: a superseded render is removed once the grace
     /// period has passed on every clock within this of the remover's.
-    #[arg(long, env = "REVSTORE_CLOCK_SKEW", default_value_t = revstore_keys::time::MAX_CLOCK_SKEW.as_secs())]
-    pub clock_skew: u64,
+    #[arg(long = "clock-skew", env = "REVSTORE_CLOCK_SKEW", default_value = "300", value_parser = seconds(..))]
+    pub clock_skew: Duration,
 
     /// old-store's base URL: revisions not held here are read from it, and the
     /// first render of each revision is handed to it.
@@ -117,30 +73,14 @@ pub struct Args {
 
     /// Pages per second that all dumps served by this replica read together,
     /// so that a dump never starves live readers (0: no limit).
-    #[arg(long, env = "REVSTORE_DUMP_PAGES_PER_SECOND", default_value_t = DEFAULT_DUMP_PAGES_PER_SECOND)]
+    #[arg(long, env = "REVSTORE_DUMP_PAGES_PER_SECOND", default_value = "1000")]
     pub dump_pages_per_second: u32,
 }
 
-impl ServiceArgs for Args {
-    type Settings = Settings;
-
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-
-    fn settings(&self) -> Result<Settings, SettingsError> {
-        if self.notify_graph && self.graph_url.is_none() {
-            return Err(SettingsError("--notify-graph needs --graph-url".into()));
-        }
-        Ok(Settings {
-            grace_ttl: Duration::from_secs(self.grace_ttl.max(1)),
-            clock_skew: Duration::from_secs(self.clock_skew),
-            old_store_url: self.old_store_url.clone(),
-            graph_url: self.graph_url.clone(),
-            notify_graph: self.notify_graph,
-            peer_token_file: self.peer_token_file.clone(),
-            dump_pages_per_second: self.dump_pages_per_second,
-        })
+impl Default for Settings {
+    /// The binary's without flags: a day's grace, not wired to old-store or the graph.
+    fn default() -> Self {
+        revstore_service::command_line_defaults()
     }
 }
 
@@ -150,15 +90,20 @@ pub struct CurrentStore;
 
 impl ServiceDefinition for CurrentStore {
     type Settings = Settings;
-    type Args = Args;
     const NAME: &'static str = SERVICE;
+    const BINARY: &'static str = "revstore-current-store";
+    const ABOUT: &'static str = "revstore current-store: the latest render of every page";
     const DEFAULT_PORT: u16 = DEFAULT_PORT;
     const SCHEMA: &'static Component = &revstore_schema::version::CURRENT_STORE;
 
-    async fn build(args: Settings, context: Context) -> Result<Service, BoxError> {
-        if args.notify_graph && args.graph_url.is_none() {
-            return Err("change notices to the graph need its URL (--graph-url)".into());
+    fn validate(settings: &Settings) -> Result<(), SettingsError> {
+        match settings.notify_graph && settings.graph_url.is_none() {
+            true => Err(SettingsError("--notify-graph needs --graph-url".into())),
+            false => Ok(()),
         }
+    }
+
+    async fn build(args: Settings, context: Context) -> Result<Service, BoxError> {
         let peer_token = match &args.peer_token_file {
             Some(path) => Some(revstore_client::tokens::read_peer_token(path, "peer token")?),
             None => None,
@@ -176,7 +121,7 @@ impl ServiceDefinition for CurrentStore {
         let Context { store, settings } = context;
         let pages = pages::Pages {
             store: store.clone(),
-            grace: args.grace_ttl.max(Duration::from_secs(1)),
+            grace: args.grace_ttl,
             clock_skew: args.clock_skew,
             hand_off: true,
             notify_graph: args.notify_graph,
@@ -193,5 +138,37 @@ impl ServiceDefinition for CurrentStore {
         let dumps = std::sync::Arc::new(revstore_service::dump::DumpPacer::new(args.dump_pages_per_second));
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `revstore up` and the tests start from is what the binary does
+    /// without a flag (where the tests run, no `REVSTORE_*` variable of these
+    /// settings is set), and what the documents say.
+    #[test]
+    fn the_default_settings_are_the_command_line_without_flags() {
+        let line = revstore_service::parse_command_line::<CurrentStore>(["revstore-current-store"]).expect("no flags");
+        assert_eq!(line.own, Settings::default());
+        let d = Settings::default();
+        assert_eq!(
+            (d.grace_ttl, d.clock_skew, d.dump_pages_per_second),
+            (Duration::from_secs(86_400), revstore_keys::time::MAX_CLOCK_SKEW, 1000)
+        );
+        assert_eq!((d.old_store_url, d.graph_url, d.notify_graph, d.peer_token_file), (None, None, false, None));
+    }
+
+    /// Settings that only work together are refused from a command line and
+    /// as a value alike; a flag's own range is the parser's.
+    #[test]
+    fn settings_that_do_not_work_together_are_refused() {
+        let line = revstore_service::parse_command_line::<CurrentStore>(["revstore-current-store", "--notify-graph"]).expect("parses");
+        let refused = line.settings::<CurrentStore>().expect_err("--notify-graph without --graph-url");
+        assert!(refused.to_string().contains("--graph-url"), "{refused}");
+        let in_code = Settings { notify_graph: true, ..Settings::default() };
+        assert!(CurrentStore::validate(&in_code).is_err());
+        assert!(revstore_service::parse_command_line::<CurrentStore>(["revstore-current-store", "--grace-ttl", "0"]).is_err());
     }
 }

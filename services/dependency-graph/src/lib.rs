@@ -33,9 +33,11 @@ mod writer;
 
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use revstore_schema::Component;
 pub use revstore_service::BoxError;
-use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition, SettingsError};
+use revstore_service::settings::seconds;
+use revstore_service::{Context, Platform, Service, ServiceDefinition};
 use utoipa::OpenApi;
 
 pub use graph::{DependentsQuery, Graph, PAGE_BYTES};
@@ -43,63 +45,30 @@ pub use graph::{DependentsQuery, Graph, PAGE_BYTES};
 pub const SERVICE: &str = "dependency-graph";
 pub const DEFAULT_PORT: u16 = 8083;
 
-/// dependency-graph's own settings, as a value.
-#[derive(Debug, Clone)]
+/// dependency-graph's own settings: its flags (beside those every service
+/// has), and the value `revstore up` and the tests build in code.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Settings {
     /// The most dependencies one page may have; a larger set is refused (413).
+    #[arg(long = "graph-max-edges", env = "REVSTORE_GRAPH_MAX_EDGES", default_value = "10000", value_parser = clap::value_parser!(u64).range(1..=100_000).map(|n| n as usize))]
     pub max_edges: usize,
-    /// Priorities at or above this are push (re-render at once), below pull.
-    pub push_priority: i64,
-    /// How long a fragment's change is kept for pull checks.
-    pub change_retention: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings { max_edges: 10_000, push_priority: 500, change_retention: Duration::from_secs(30 * 86_400) }
-    }
-}
-
-/// `revstore-dependency-graph`'s command line: the shared settings and its own.
-#[derive(Debug, Clone, clap::Parser)]
-#[command(
-    name = "revstore-dependency-graph",
-    version,
-    about = "revstore dependency-graph: the page/template DAG with push/pull change propagation"
-)]
-pub struct Args {
-    #[command(flatten)]
-    pub common: CommonArgs,
-
-    /// The most dependencies one page may have; a larger set is refused (413).
-    #[arg(long, env = "REVSTORE_GRAPH_MAX_EDGES", default_value_t = Settings::default().max_edges as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub graph_max_edges: u64,
 
     /// Priorities at or above this are push (re-render at once), below pull
     /// (re-render when read): what `?push=true|false` selects.
-    #[arg(long, env = "REVSTORE_GRAPH_PUSH_PRIORITY", default_value_t = Settings::default().push_priority, value_parser = clap::value_parser!(i64).range(1..=1000))]
-    pub graph_push_priority: i64,
+    #[arg(long = "graph-push-priority", env = "REVSTORE_GRAPH_PUSH_PRIORITY", default_value = "500", value_parser = clap::value_parser!(i64).range(1..=1000))]
+    pub push_priority: i64,
 
     /// Seconds a fragment's change is kept for pull checks; older ones are
     /// removed by the janitor's retention task (edges not updated since are
     /// then taken as stale).
-    #[arg(long, env = "REVSTORE_GRAPH_CHANGE_RETENTION_SECS", default_value_t = Settings::default().change_retention.as_secs(), value_parser = clap::value_parser!(u64).range(60..))]
-    pub graph_change_retention_secs: u64,
+    #[arg(long = "graph-change-retention-secs", env = "REVSTORE_GRAPH_CHANGE_RETENTION_SECS", default_value = "2592000", value_parser = seconds(60..))]
+    pub change_retention: Duration,
 }
 
-impl ServiceArgs for Args {
-    type Settings = Settings;
-
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-
-    fn settings(&self) -> Result<Settings, SettingsError> {
-        Ok(Settings {
-            max_edges: self.graph_max_edges as usize,
-            push_priority: self.graph_push_priority,
-            change_retention: Duration::from_secs(self.graph_change_retention_secs),
-        })
+impl Default for Settings {
+    /// The binary's without flags.
+    fn default() -> Self {
+        revstore_service::command_line_defaults()
     }
 }
 
@@ -109,8 +78,9 @@ pub struct DependencyGraph;
 
 impl ServiceDefinition for DependencyGraph {
     type Settings = Settings;
-    type Args = Args;
     const NAME: &'static str = SERVICE;
+    const BINARY: &'static str = "revstore-dependency-graph";
+    const ABOUT: &'static str = "revstore dependency-graph: the page/template DAG with push/pull change propagation";
     const DEFAULT_PORT: u16 = DEFAULT_PORT;
     const SCHEMA: &'static Component = &revstore_schema::version::DEPENDENCY_GRAPH;
 
@@ -122,5 +92,25 @@ impl ServiceDefinition for DependencyGraph {
         let sweeps = janitor::sweeps(&graph, own.change_retention);
         let state = routes::AppState { platform: platform.clone(), graph, titles, push_priority: own.push_priority };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `revstore up` and the tests start from is what the binary does
+    /// without a flag (where the tests run, no `REVSTORE_*` variable of these
+    /// settings is set), and what the documents say.
+    #[test]
+    fn the_default_settings_are_the_command_line_without_flags() {
+        let line = revstore_service::parse_command_line::<DependencyGraph>(["revstore-dependency-graph"]).expect("no flags");
+        assert_eq!(line.own, Settings::default());
+        let d = Settings::default();
+        assert_eq!((d.max_edges, d.push_priority, d.change_retention), (10_000, 500, Duration::from_secs(30 * 86_400)));
+        for out_of_range in [["--graph-max-edges", "0"], ["--graph-max-edges", "100001"], ["--graph-change-retention-secs", "59"]] {
+            let argv = std::iter::once("revstore-dependency-graph").chain(out_of_range);
+            assert!(revstore_service::parse_command_line::<DependencyGraph>(argv).is_err(), "{out_of_range:?}");
+        }
     }
 }

@@ -130,21 +130,7 @@ impl Default for Settings {
     /// Every task, no service, the defaults of the command line; none read
     /// from the environment (what `revstore up` starts from).
     fn default() -> Self {
-        Settings {
-            tasks: Vec::new(),
-            dry_run: false,
-            current_store_url: None,
-            old_store_url: None,
-            graph_url: None,
-            peer_token_file: None,
-            ops_per_sec: Settings::DEFAULT_OPS_PER_SEC,
-            step_partitions: Settings::DEFAULT_STEP_PARTITIONS,
-            deadline_secs: Settings::DEFAULT_DEADLINE_SECS,
-            lease_secs: Settings::DEFAULT_LEASE_SECS,
-            call_timeout_secs: Settings::DEFAULT_CALL_TIMEOUT_SECS,
-            metrics_push_url: None,
-            metrics_file: None,
-        }
+        revstore_service::command_line_defaults()
     }
 }
 

@@ -226,7 +226,7 @@ mod tests {
         let mut audit = TaskSummary::default();
         audit.services.insert("current-store", Swept { partitions: 10, ..Swept::default() });
         let counts = TableAudit { bytes_held: 300, bytes_ideal: 200, bytes_on_disk: Some(500), ..TableAudit::default() };
-        audit.tables.insert("current-store/current".into(), AuditedTable::new(counts));
+        audit.tables.insert("current-store/page_renders".into(), AuditedTable::new(counts));
         // The embedded engine reports no disk figure: no on-disk sample, and not in the total.
         let embedded = TableAudit { bytes_held: 100, bytes_ideal: 100, ..TableAudit::default() };
         audit.tables.insert("old-store/blocks".into(), AuditedTable::new(embedded));
@@ -234,9 +234,9 @@ mod tests {
         summary.tasks.insert("audit", audit);
         let text = summary.prometheus(1_700_000_000.0);
         assert!(text.contains("revstore_janitor_partitions{task=\"audit\",service=\"current-store\"} 10\n"), "{text}");
-        assert!(text.contains("revstore_janitor_overstore_ratio{table=\"current-store/current\"} 1.5\n"), "{text}");
-        assert!(text.contains("revstore_janitor_bytes_on_disk{table=\"current-store/current\"} 500\n"), "{text}");
-        assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"current-store/current\"} 2.5\n"), "{text}");
+        assert!(text.contains("revstore_janitor_overstore_ratio{table=\"current-store/page_renders\"} 1.5\n"), "{text}");
+        assert!(text.contains("revstore_janitor_bytes_on_disk{table=\"current-store/page_renders\"} 500\n"), "{text}");
+        assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"current-store/page_renders\"} 2.5\n"), "{text}");
         assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"all\"} 2.5\n"), "{text}");
         assert!(!text.contains("revstore_janitor_bytes_on_disk{table=\"old-store/blocks\"}"), "{text}");
         assert!(text.contains("revstore_janitor_last_success_timestamp_seconds 1700000000\n"), "{text}");

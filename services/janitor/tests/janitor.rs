@@ -644,7 +644,7 @@ async fn the_overstore_on_disk_is_measured_and_compaction_brings_it_to_the_ideal
     let total = exported.lines().find(|l| l.starts_with("revstore_janitor_overstore_on_disk_ratio{table=\"all\"} "));
     let total: f64 = total.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no total on-disk ratio: {exported}"));
     assert!((total - after.ratio).abs() < 1e-9, "the metric {total} is the summary's {}", after.ratio);
-    assert!(exported.contains("revstore_janitor_bytes_on_disk{table=\"current-store/current\"} "), "{exported}");
+    assert!(exported.contains("revstore_janitor_bytes_on_disk{table=\"current-store/page_renders\"} "), "{exported}");
     eprintln!("on disk: before the janitor {before}; after its run {after_run}; after compaction {after}");
     // Compaction freed what the nodes kept beyond their rounding, and the disk
     // is near the ideal after it (the reported figure is an upper bound).

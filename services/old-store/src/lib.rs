@@ -38,8 +38,8 @@ use revstore_schema::Component;
 pub use revstore_service::BoxError;
 use revstore_service::budget::MemoryBudget;
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Sweep};
-use revstore_service::settings::SettingsError;
-use revstore_service::{CommonArgs, Context, Platform, Service, ServiceArgs, ServiceDefinition};
+use revstore_service::settings::{SettingsError, seconds};
+use revstore_service::{Context, Platform, Service, ServiceDefinition};
 use utoipa::OpenApi;
 
 pub use archive::{Archive, ArchiveOutcome, ArchiveSettings, BlockLimits, UpdatePolicy};
@@ -50,78 +50,31 @@ pub use error::ArchiveError;
 pub const SERVICE: &str = "old-store";
 pub const DEFAULT_PORT: u16 = 8082;
 
-/// old-store's own settings, as a value.
-#[derive(Debug, Clone)]
+/// old-store's own settings: its flags (beside those every service has),
+/// and the value `revstore up` and the tests build in code.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Settings {
-    /// Which renders are kept.
-    pub archive_policy: UpdatePolicy,
-    /// When a block is sealed.
-    pub limits: BlockLimits,
-    /// zstd level of a block's final compaction (1-22).
-    pub seal_level: i32,
-    /// How long a title's open block goes without archive writes before it
-    /// is compacted at the seal level.
-    pub settle: Duration,
-    /// Time between sweeps of the compaction debt table.
-    pub debt_sweep_every: Duration,
-    /// Megabytes of decoded blocks kept for reads (None: what the memory budget leaves).
-    pub block_cache_mb: Option<u64>,
-    /// Blocks decoded at once; 0: one per CPU, as many as the budget holds.
-    pub max_concurrent_decodes: usize,
-    /// Revisions per second that all history dumps of this replica send together (0: no limit).
-    pub dump_revisions_per_second: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            archive_policy: UpdatePolicy::FirstRenderPerRevision,
-            limits: BlockLimits { max_revisions: 1000, max_bytes: 16 << 20 },
-            seal_level: 19,
-            settle: Duration::from_secs(30),
-            debt_sweep_every: Duration::from_secs(300),
-            block_cache_mb: None,
-            max_concurrent_decodes: 0,
-            dump_revisions_per_second: 2000,
-        }
-    }
-}
-
-/// `revstore-old-store`'s command line: the shared settings and its own.
-#[derive(Debug, Clone, clap::Parser)]
-#[command(name = "revstore-old-store", version, about = "revstore old-store: every old revision, in compressed multi-revision blocks")]
-pub struct Args {
-    #[command(flatten)]
-    pub common: CommonArgs,
-
     /// Which renders are kept: `first-render` (the first per revision) or
     /// `one-per:<seconds>` (at most one per interval per title).
     #[arg(long, env = "REVSTORE_ARCHIVE_POLICY", default_value = "first-render")]
     pub archive_policy: UpdatePolicy,
 
-    /// A block is sealed when it holds this many revisions...
-    /// (At most 10,000: a block's rows are read in one go, under the store's
-    /// cap on reads without a limit.)
-    #[arg(long, env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value_t = Settings::default().limits.max_revisions, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub block_max_revisions: u64,
-
-    /// ...or when the next revision would take it past this many raw bytes.
-    #[arg(long, env = "REVSTORE_BLOCK_MAX_BYTES", default_value_t = Settings::default().limits.max_bytes, value_parser = clap::value_parser!(u64).range(4096..))]
-    pub block_max_bytes: u64,
+    #[command(flatten)]
+    pub limits: BlockLimits,
 
     /// zstd level of a block's final compaction (1-22).
-    #[arg(long, env = "REVSTORE_SEAL_LEVEL", default_value_t = Settings::default().seal_level, value_parser = clap::value_parser!(i32).range(1..=22))]
+    #[arg(long, env = "REVSTORE_SEAL_LEVEL", default_value = "19", value_parser = clap::value_parser!(i32).range(1..=22))]
     pub seal_level: i32,
 
     /// Seconds without archive writes after which a title's open block is
     /// compacted at the seal level.
-    #[arg(long, env = "REVSTORE_SETTLE_SECS", default_value_t = Settings::default().settle.as_secs())]
-    pub settle_secs: u64,
+    #[arg(long = "settle-secs", env = "REVSTORE_SETTLE_SECS", default_value = "30", value_parser = seconds(..))]
+    pub settle: Duration,
 
     /// Seconds between sweeps of the compaction debt table (which also run at
     /// start and on `POST /admin/compaction/sweep`).
-    #[arg(long, env = "REVSTORE_DEBT_SWEEP_SECS", default_value_t = Settings::default().debt_sweep_every.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub debt_sweep_secs: u64,
+    #[arg(long = "debt-sweep-secs", env = "REVSTORE_DEBT_SWEEP_SECS", default_value = "300", value_parser = seconds(1..))]
+    pub debt_sweep_every: Duration,
 
     /// Megabytes of decoded blocks kept in memory for reads (default: what
     /// the memory budget leaves; a larger one than it leaves is refused).
@@ -130,34 +83,20 @@ pub struct Args {
 
     /// Blocks decoded at once (each needs about twice its raw size while
     /// decoding); 0: one per CPU.
-    #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value_t = Settings::default().max_concurrent_decodes)]
+    #[arg(long, env = "REVSTORE_MAX_CONCURRENT_DECODES", default_value = "0")]
     pub max_concurrent_decodes: usize,
 
     /// Revisions per second that all history dumps (`/dump/history`) served
     /// by this replica send together, so that dumps leave the node to live
     /// readers (0: no limit).
-    #[arg(long, env = "REVSTORE_DUMP_REVISIONS_PER_SECOND", default_value_t = Settings::default().dump_revisions_per_second)]
+    #[arg(long, env = "REVSTORE_DUMP_REVISIONS_PER_SECOND", default_value = "2000")]
     pub dump_revisions_per_second: u32,
 }
 
-impl ServiceArgs for Args {
-    type Settings = Settings;
-
-    fn common(&self) -> &CommonArgs {
-        &self.common
-    }
-
-    fn settings(&self) -> Result<Settings, SettingsError> {
-        Ok(Settings {
-            archive_policy: self.archive_policy,
-            limits: BlockLimits { max_revisions: self.block_max_revisions, max_bytes: self.block_max_bytes },
-            seal_level: self.seal_level,
-            settle: Duration::from_secs(self.settle_secs),
-            debt_sweep_every: Duration::from_secs(self.debt_sweep_secs),
-            block_cache_mb: self.block_cache_mb,
-            max_concurrent_decodes: self.max_concurrent_decodes,
-            dump_revisions_per_second: self.dump_revisions_per_second,
-        })
+impl Default for Settings {
+    /// The binary's without flags.
+    fn default() -> Self {
+        revstore_service::command_line_defaults()
     }
 }
 
@@ -227,8 +166,9 @@ pub struct OldStore;
 
 impl ServiceDefinition for OldStore {
     type Settings = Settings;
-    type Args = Args;
     const NAME: &'static str = SERVICE;
+    const BINARY: &'static str = "revstore-old-store";
+    const ABOUT: &'static str = "revstore old-store: every old revision, in compressed multi-revision blocks";
     const DEFAULT_PORT: u16 = DEFAULT_PORT;
     const SCHEMA: &'static Component = &revstore_schema::version::OLD_STORE;
 
@@ -260,15 +200,31 @@ impl ServiceDefinition for OldStore {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
+    fn parse(args: &[&str]) -> revstore_service::CommandLine<Settings> {
+        revstore_service::parse_command_line::<OldStore>(["revstore-old-store"].iter().chain(args)).unwrap()
+    }
+
     fn divided(args: &[&str]) -> Result<(ArchiveSettings, MemoryBudget), String> {
-        let args = Args::try_parse_from(["revstore-old-store"].iter().chain(args)).map_err(|e| e.to_string())?;
-        let (mut settings, own) = revstore_service::settings_of(&args, DEFAULT_PORT).map_err(|e| e.to_string())?;
+        let line =
+            revstore_service::parse_command_line::<OldStore>(["revstore-old-store"].iter().chain(args)).map_err(|e| e.to_string())?;
+        let (mut settings, own) = line.settings::<OldStore>().map_err(|e| e.to_string())?;
         let archive = own.archive_settings(&mut settings.memory, settings.body_limit).map_err(|e| e.to_string())?;
         Ok((archive, settings.memory))
+    }
+
+    /// What `revstore up` and the tests start from is what the binary does
+    /// without a flag (where the tests run, no `REVSTORE_*` variable of these
+    /// settings is set), and what the documents say.
+    #[test]
+    fn the_default_settings_are_the_command_line_without_flags() {
+        assert_eq!(parse(&[]).own, Settings::default());
+        let d = Settings::default();
+        assert_eq!(d.archive_policy, UpdatePolicy::FirstRenderPerRevision);
+        assert_eq!(d.limits, BlockLimits { max_revisions: 1000, max_bytes: 16 << 20 });
+        assert_eq!((d.seal_level, d.settle, d.debt_sweep_every), (19, Duration::from_secs(30), Duration::from_secs(300)));
+        assert_eq!((d.block_cache_mb, d.max_concurrent_decodes, d.dump_revisions_per_second), (None, 0, 2000));
     }
 
     #[test]
@@ -297,8 +253,8 @@ mod tests {
         assert_eq!(own.concurrent_decodes(2, largest, left), 2);
         assert_eq!(own.concurrent_decodes(64, largest, left), 3);
         assert_eq!(own.concurrent_decodes(64, largest, 10 << 20), 1);
-        let set = Args::try_parse_from(["revstore-old-store", "--data-dir", data, "--max-concurrent-decodes", "8"]).unwrap();
-        assert_eq!(set.settings().unwrap().concurrent_decodes(64, largest, left), 8);
+        let set = parse(&["--data-dir", data, "--max-concurrent-decodes", "8"]);
+        assert_eq!(set.own.concurrent_decodes(64, largest, left), 8);
         // A cache set larger than the budget leaves is refused, naming it.
         let too_big = divided(&["--data-dir", data, "--block-cache-mb", "2000"]).unwrap_err();
         assert!(too_big.contains("REVSTORE_BLOCK_CACHE_MB"), "{too_big}");

@@ -86,11 +86,17 @@ impl FromStr for UpdatePolicy {
 }
 
 /// When the open block of a title is sealed and a new one opened.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct BlockLimits {
+    /// A block is sealed when it holds this many revisions...
+    /// (At most 10,000: a block's rows are read in one go, under the store's
+    /// cap on reads without a limit.)
+    #[arg(long = "block-max-revisions", env = "REVSTORE_BLOCK_MAX_REVISIONS", default_value = "1000", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_revisions: u64,
-    /// Raw (decoded) bytes: pages whose revisions are megabytes each get few
-    /// revisions per block, small pages many.
+    /// ...or when the next revision would take it past this many raw bytes.
+    /// (Raw, decoded bytes: pages whose revisions are megabytes each get few
+    /// revisions per block, small pages many.)
+    #[arg(long = "block-max-bytes", env = "REVSTORE_BLOCK_MAX_BYTES", default_value = "16777216", value_parser = clap::value_parser!(u64).range(4096..))]
     pub max_bytes: u64,
 }
 
