@@ -1,4 +1,4 @@
-//! Regressions of the defects a hostile probe found (issue 25), on both
+//! Regressions of the defects a hostile probe found, on both
 //! engines: each test failed on the code before its fix.
 
 mod common;

@@ -13,7 +13,9 @@ use revstore_client::{ClientOptions, HttpClient, JanitorClient};
 /// (the audit last, so that it measures what the others left).
 pub fn swept_by(task: Task) -> &'static [ServiceName] {
     match task {
-        Task::Retention => &[ServiceName::CurrentStore],
+        // current-store's superseded renders; the graph's fragment changes
+        // older than its change retention (graph_changes grows otherwise).
+        Task::Retention => &[ServiceName::CurrentStore, ServiceName::Graph],
         Task::Archive => &[ServiceName::CurrentStore],
         Task::Graph => &[ServiceName::Graph],
         Task::Audit => &ServiceName::ALL,

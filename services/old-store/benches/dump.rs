@@ -1,4 +1,4 @@
-//! old-store's history dump (issue #30) beside what a client has without it
+//! old-store's history dump beside what a client has without it
 //! and beside the decode limit, on the embedded engine or Cassandra.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The bench's dump phase (`--only dump`, issue #30): a whole domain's dump
+//! The bench's dump phase (`--only dump`): a whole domain's dump
 //! through `/dump/current`, `--dump-slices` slices at once, its pages and
 //! NDJSON bytes per second and the service's peak RSS meanwhile; then the
 //! latency of live readers at `--rate` without a dump and beside one. The
