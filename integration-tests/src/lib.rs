@@ -68,17 +68,34 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().expect("local address").port()
+/// A token no other test run shares.
+fn uuid_like() -> String {
+    format!("{:x}{:x}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
 }
 
+/// The address a service process listens on, from its start-up log line
+/// (`listening`, which `RUST_LOG` lets through for the launch module): the
+/// process binds port 0 itself, so no other process can take the port
+/// between a test picking it and the service binding it.
+fn listening_address(log: &str) -> Option<SocketAddr> {
+    log.lines().filter(|l| l.contains("\"listening\"")).find_map(|l| {
+        let at = l.find("\"address\":\"")? + "\"address\":\"".len();
+        l[at..].split('"').next()?.parse().ok()
+    })
+}
+
+/// The log filter of the service processes: warnings, and the launch
+/// module's start-up lines (the address a process listens on).
+const PROCESS_LOG_FILTER: &str = "warn,revstore_service::launch=info";
+
 /// One service binary, started and stopped as a process; its data and port
-/// stay the same across restarts.
+/// stay the same across restarts (the first start takes a free port, and
+/// later ones ask for it again).
 #[derive(Debug)]
 pub struct ServiceProcess {
     /// `current-store`, `old-store` or `dependency-graph`.
     pub name: &'static str,
+    /// 0 until the first start has bound a port.
     pub port: u16,
     /// The Cassandra keyspace it uses (none on the embedded engine).
     pub keyspace: Option<String>,
@@ -91,6 +108,7 @@ pub struct ServiceProcess {
 
 impl ServiceProcess {
     pub fn url(&self, path: &str) -> String {
+        assert_ne!(self.port, 0, "{} has no port before its first start", self.name);
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
@@ -112,8 +130,10 @@ impl ServiceProcess {
             }
             None => Command::new(&binary),
         };
+        let listen = SocketAddr::from(([127, 0, 0, 1], self.port)).to_string();
         let child = command
             .args(&self.args)
+            .args(["--listen", &listen])
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("REVSTORE_WRITE_TOKENS")
             .env_remove("REVSTORE_CASSANDRA")
@@ -122,9 +142,21 @@ impl ServiceProcess {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.name));
         self.child = Some(child);
+        let started = Instant::now();
+        while self.port == 0 {
+            match listening_address(&std::fs::read_to_string(&self.log).unwrap_or_default()) {
+                Some(address) => self.port = address.port(),
+                None => {
+                    if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                        panic!("{} exited before it listened ({status}):\n{}", self.name, tail(&self.log));
+                    }
+                    assert!(started.elapsed() < Duration::from_secs(60), "{} not listening within 60 s:\n{}", self.name, tail(&self.log));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
         let ready = self.url("/readyz");
         let http = reqwest::Client::new();
-        let started = Instant::now();
         loop {
             if http.get(&ready).send().await.is_ok_and(|r| r.status() == 200) {
                 return;
@@ -195,7 +227,7 @@ impl System {
     /// one's peers first), each ready before the next.
     pub async fn start(engine: Engine, options: Options) -> System {
         let dir = tempfile::tempdir().expect("tempdir");
-        let token = format!("integration-{}", free_port());
+        let token = format!("integration-{}", uuid_like());
         let token_file = dir.path().join("write-token");
         std::fs::write(&token_file, format!("{token}\n")).expect("token file");
         let mut keyspaces = Vec::new();
@@ -225,10 +257,7 @@ impl System {
             ]);
         }
         let mut service = |name: &'static str, extra: Vec<String>| {
-            let port = free_port();
             let mut args: Vec<String> = vec![
-                "--listen".into(),
-                SocketAddr::from(([127, 0, 0, 1], port)).to_string(),
                 "--data-dir".into(),
                 dir.path().join(name).display().to_string(),
                 "--write-tokens-file".into(),
@@ -247,7 +276,7 @@ impl System {
                 keyspaces.push(keyspace);
             }
             args.extend(extra);
-            let mut env = vec![("RUST_LOG".to_owned(), "warn".to_owned())];
+            let mut env = vec![("RUST_LOG".to_owned(), PROCESS_LOG_FILTER.to_owned())];
             if let Some(endpoint) = &options.otlp_endpoint {
                 env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.clone()));
                 // Spans leave within a fifth of a second instead of five.
@@ -256,7 +285,7 @@ impl System {
             env.extend(options.env.iter().cloned());
             ServiceProcess {
                 name,
-                port,
+                port: 0,
                 keyspace: keyspace_name,
                 args,
                 env,
@@ -267,6 +296,9 @@ impl System {
         };
         let mut old = service("old-store", vec![]);
         let mut graph = service("dependency-graph", vec![]);
+        // Each one's peers first: current-store is given their addresses.
+        old.start().await;
+        graph.start().await;
         let current_extra = vec![
             "--old-store-url".into(),
             old.url(""),
@@ -281,8 +313,6 @@ impl System {
             options.clock_skew_secs.to_string(),
         ];
         let mut current = service("current-store", current_extra);
-        old.start().await;
-        graph.start().await;
         current.start().await;
         System { engine, token, current, old, graph, http: reqwest::Client::new(), token_file, _keyspaces: keyspaces, dir }
     }
@@ -292,20 +322,15 @@ impl System {
     /// its own, with `env` added to its environment (a clock offset, say);
     /// not started.
     pub fn another_current_store(&self, label: &str, env: &[(&str, &str)]) -> ServiceProcess {
-        let port = free_port();
         let data_dir = self.dir.path().join(format!("current-store-{label}"));
         let mut args = self.current.args.clone();
-        for (flag, value) in
-            [("--listen", SocketAddr::from(([127, 0, 0, 1], port)).to_string()), ("--data-dir", data_dir.display().to_string())]
-        {
-            let at = args.iter().position(|a| a == flag).expect("the first instance's flag") + 1;
-            args[at] = value;
-        }
+        let at = args.iter().position(|a| a == "--data-dir").expect("the first instance's flag") + 1;
+        args[at] = data_dir.display().to_string();
         let mut process_env = self.current.env.clone();
         process_env.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         ServiceProcess {
             name: "current-store",
-            port,
+            port: 0,
             keyspace: self.current.keyspace.clone(),
             args,
             env: process_env,
@@ -334,14 +359,7 @@ impl System {
     }
 }
 
-/// Waits until `check` holds, polling; fails the test after `limit`.
-pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+pub use revstore_test_service::eventually;
 
 /// One span as a service exported it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,6 +31,17 @@ pub struct Service {
     data_dir: Option<std::path::PathBuf>,
 }
 
+/// Waits until `check` holds, asking every 100 ms; fails the test, naming
+/// `what`, after `limit`. Tests wait for the state they need this way, never
+/// for a fixed time: a slow, busy machine only makes them take longer.
+pub async fn eventually(what: &str, limit: std::time::Duration, mut check: impl AsyncFnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Starts a service of kind `D` on `engine` with a fresh data directory or keyspace.
 pub async fn start_on<D: ServiceDefinition>(engine: Engine, token: &str, extra: &[&str]) -> Service {
     match engine {

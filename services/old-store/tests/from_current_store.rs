@@ -5,22 +5,18 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Engine, start_on};
 use revstore_current_store::CurrentStore;
 use revstore_keys::Tid;
+use revstore_test_service::eventually;
 use serde_json::json;
 
 const CURRENT_TOKEN: &str = "current-store-test-token";
 
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < Duration::from_secs(60), "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// How long a hand-off may take to show in old-store.
+const WAIT: Duration = Duration::from_secs(60);
 
 async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let old = start_on(engine, &[]).await;
@@ -62,7 +58,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
             http.get(old.url("/en.wikipedia.org/v1/archive/revisions/Anarchism")).send().await.expect("send").json().await.expect("json");
         list["items"].as_array().map(|items| items.iter().filter_map(|i| i["rev"].as_u64()).collect::<Vec<_>>()).unwrap_or_default()
     };
-    eventually("old-store holds every revision", async || listed().await == revs).await;
+    eventually("old-store holds every revision", WAIT, async || listed().await == revs).await;
     for (i, rev) in revs.iter().enumerate() {
         let archived = http.get(old.url(&format!("/en.wikipedia.org/v1/archive/html/Anarchism/{rev}"))).send().await.expect("send");
         assert_eq!(archived.text().await.expect("body"), html[i]);
@@ -96,7 +92,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let r =
         http.post(current.url("/en.wikipedia.org/v1/page/Anarchism/19746/suppress")).bearer_auth(CURRENT_TOKEN).send().await.expect("send");
     assert_eq!(r.status(), 204);
-    eventually("old-store hides the suppressed revision", async || {
+    eventually("old-store hides the suppressed revision", WAIT, async || {
         http.get(old.url("/en.wikipedia.org/v1/archive/html/Anarchism/19746")).send().await.expect("send").status() == 404
     })
     .await;
@@ -190,13 +186,13 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
         assert_eq!(put(t, 1, format!("<p>{t}</p>")).await, 201);
     }
     for t in &later {
-        eventually(&format!("{t} reaches old-store"), async || {
+        eventually(&format!("{t} reaches old-store"), WAIT, async || {
             http.get(strict_old.url(&format!("/en.wikipedia.org/v1/archive/html/{t}/1"))).send().await.expect("send").status() == 200
         })
         .await;
     }
     let mut refused = Vec::new();
-    eventually("both refused rows are dead letters", async || {
+    eventually("both refused rows are dead letters", WAIT, async || {
         refused = dead_letters(&http, &current).await;
         refused.len() == 2
     })
@@ -226,11 +222,11 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
         .await
         .expect("json");
     assert_eq!(redriven["redriven"], 2, "{redriven}");
-    eventually("the re-driven render reaches old-store", async || {
+    eventually("the re-driven render reaches old-store", WAIT, async || {
         http.get(roomy_old.url("/en.wikipedia.org/v1/archive/html/Big/1")).send().await.expect("send").status() == 200
     })
     .await;
-    eventually("the row old-store can never take is a dead letter again", async || {
+    eventually("the row old-store can never take is a dead letter again", WAIT, async || {
         let left = dead_letters(&http, &current).await;
         left.len() == 1 && left[0]["title"] == ".."
     })
@@ -329,7 +325,7 @@ async fn a_rotation_token_file_keeps_the_hand_off_flowing() {
         let r = http.post(current.url(&format!("/en.wikipedia.org/v1/page/Rotated/{rev}"))).bearer_auth(token).json(&body).send().await;
         assert_eq!(r.expect("send").status(), 201, "rev {rev} with the {} token", if rev == 1 { "new" } else { "old" });
     }
-    eventually("both first renders reach old-store", async || {
+    eventually("both first renders reach old-store", WAIT, async || {
         let list: serde_json::Value =
             http.get(old.url("/en.wikipedia.org/v1/archive/revisions/Rotated")).send().await.expect("send").json().await.expect("json");
         list["items"].as_array().is_some_and(|items| items.len() == 2)

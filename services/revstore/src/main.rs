@@ -93,13 +93,13 @@ struct UpArgs {
     /// Address the services listen on (0.0.0.0: every address, as in a container).
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
-    /// current-store's port.
+    /// current-store's port (0: any free one; the start-up line says which).
     #[arg(long, default_value_t = revstore_current_store::DEFAULT_PORT)]
     current_store_port: u16,
-    /// old-store's port.
+    /// old-store's port (0: any free one).
     #[arg(long, default_value_t = revstore_old_store::DEFAULT_PORT)]
     old_store_port: u16,
-    /// dependency-graph's port.
+    /// dependency-graph's port (0: any free one).
     #[arg(long, default_value_t = revstore_dependency_graph::DEFAULT_PORT)]
     graph_port: u16,
     /// Seconds between janitor runs (the first runs this long after the start).
@@ -296,11 +296,14 @@ async fn up(plan: UpPlan) -> Result<(), BoxError> {
     let UpPlan { args, _lock, token_file, token_origin, services: [old_store_settings, graph_settings, current_settings_shared] } = plan;
     let data_dir = args.storage.data_dir.clone();
     // Listening on every address (in a container): the services call each other on the loopback.
+    // The URLs are those of the bound listeners, so a port of 0 (any free one) works too.
     let peer_host = if args.host.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { args.host };
-    let url = |port: u16| format!("http://{}", SocketAddr::new(peer_host, port));
-    let (current_url, old_url, graph_url) = (url(args.current_store_port), url(args.old_store_port), url(args.graph_port));
+    let url = |listener: &tokio::net::TcpListener| -> Result<String, BoxError> {
+        Ok(format!("http://{}", SocketAddr::new(peer_host, listener.local_addr()?.port())))
+    };
     let old_store = start::<OldStore>(old_store_settings, Default::default()).await?;
     let graph = start::<DependencyGraph>(graph_settings, Default::default()).await?;
+    let (old_url, graph_url) = (url(&old_store.1)?, url(&graph.1)?);
     let current_settings = revstore_current_store::Settings {
         old_store_url: Some(old_url.clone()),
         graph_url: Some(graph_url.clone()),
@@ -309,6 +312,7 @@ async fn up(plan: UpPlan) -> Result<(), BoxError> {
         ..Default::default()
     };
     let current = start::<CurrentStore>(current_settings_shared, current_settings).await?;
+    let current_url = url(&current.1)?;
 
     let janitor = revstore_janitor::Settings {
         current_store_url: Some(current_url.clone()),

@@ -2,11 +2,32 @@
 //! on free ports, the three services wired to each other, the sample wiki
 //! loaded, stopped by SIGTERM.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+use revstore_test_service::eventually;
+
+/// The ports of current-store, old-store and the graph, from the line
+/// `revstore up` prints once its services listen (started on port 0: each
+/// binds a free port itself, so no other process can take one first).
+fn ports_printed(printed: &str) -> Option<(u16, u16, u16)> {
+    let line = printed.lines().find(|l| l.starts_with("revstore is up:"))?;
+    let port = |service: &str| -> Option<u16> {
+        let at = line.find(&format!("{service} http://"))? + service.len() + " http://".len();
+        line[at..].split([',', ';']).next()?.rsplit(':').next()?.parse().ok()
+    };
+    Some((port("current-store")?, port("old-store")?, port("dependency-graph")?))
+}
+
+/// Waits for `revstore up`'s start-up line in `stdout` (a file); its ports.
+async fn ports_of(stdout: &std::path::Path) -> (u16, u16, u16) {
+    let mut ports = None;
+    eventually("revstore up says where it listens", WAIT, async || {
+        ports = ports_printed(&std::fs::read_to_string(stdout).unwrap_or_default());
+        ports.is_some()
+    })
+    .await;
+    ports.expect("the ports")
 }
 
 struct Running(Child);
@@ -18,13 +39,8 @@ impl Drop for Running {
     }
 }
 
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}: not within 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+/// How long `revstore up` may take to show a state.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// `revstore up` on free ports, ready: the process and the ports of
 /// current-store, old-store and the graph.
@@ -33,10 +49,12 @@ async fn up(dir: &std::path::Path) -> (Running, u16, u16, u16) {
 }
 
 async fn up_with(dir: &std::path::Path, extra: &[&str]) -> (Running, u16, u16, u16) {
-    let (current, old, graph) = (free_port(), free_port(), free_port());
+    // In the data directory, which a backup ignores (it copies databases).
+    std::fs::create_dir_all(dir).expect("the data directory");
+    let stdout = dir.join("up.stdout");
     let child = Command::new(env!("CARGO_BIN_EXE_revstore"))
         .args(["up", "--data-dir", dir.to_str().expect("utf-8")])
-        .args(["--current-store-port", &current.to_string(), "--old-store-port", &old.to_string(), "--graph-port", &graph.to_string()])
+        .args(["--current-store-port", "0", "--old-store-port", "0", "--graph-port", "0"])
         .args(extra)
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_CASSANDRA")
@@ -51,14 +69,15 @@ async fn up_with(dir: &std::path::Path, extra: &[&str]) -> (Running, u16, u16, u
         .env("REVSTORE_LISTEN", "127.0.0.1:9")
         .env("REVSTORE_JANITOR_LEASE_SECS", "1")
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("a stdout file"))
         .spawn()
         .expect("start revstore up");
     let running = Running(child);
+    let (current, old, graph) = ports_of(&stdout).await;
     let http = reqwest::Client::new();
     for port in [current, old, graph] {
         let url = format!("http://127.0.0.1:{port}/readyz");
-        until(&url, || {
+        eventually(&url, WAIT, || {
             let request = http.get(&url).send();
             async move { request.await.is_ok_and(|r| r.status() == 200) }
         })
@@ -107,7 +126,7 @@ async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
 
     // current-store handed the revision to old-store and told the graph.
     let archived = format!("http://127.0.0.1:{old}/en.wikipedia.org/v1/archive/html/Main_Page/1");
-    until("the hand-off to old-store", || {
+    eventually("the hand-off to old-store", WAIT, || {
         let request = http.get(&archived).send();
         async move {
             match request.await {
@@ -137,7 +156,7 @@ async fn up_runs_the_three_services_wired_together_and_stops_on_sigterm() {
         }
     }
     let pending = format!("http://127.0.0.1:{graph}/en.wikipedia.org/v1/pending/Portal:Main");
-    until("the change notice to the graph", || {
+    eventually("the change notice to the graph", WAIT, || {
         let request = http.get(&pending).send();
         async move {
             match request.await {
@@ -366,7 +385,7 @@ async fn the_janitor_runs_on_its_schedule_each_run_complete_and_with_its_own_id(
     let (_running, _current, _old, _graph) = up_with(dir.path(), &["--janitor-every-secs", "1"]).await;
     let summary_file = dir.path().join("janitor.json");
     let mut runs = std::collections::BTreeSet::new();
-    until("two janitor runs", || {
+    eventually("two janitor runs", WAIT, || {
         let summary: Option<serde_json::Value> = std::fs::read(&summary_file).ok().and_then(|b| serde_json::from_slice(&b).ok());
         if let Some(summary) = summary {
             assert_eq!(summary["status"], "completed", "{summary}");
@@ -386,13 +405,12 @@ async fn the_janitor_runs_on_its_schedule_each_run_complete_and_with_its_own_id(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_up_on_a_directory_in_use_changes_nothing_and_no_token_is_printed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (current, old, graph) = (free_port(), free_port(), free_port());
     let given = "given-write-token-0123456789";
     let stdout = dir.path().join("first.out");
     let data = dir.path().join("data");
     let first = Command::new(env!("CARGO_BIN_EXE_revstore"))
         .args(["up", "--data-dir", data.to_str().expect("utf-8")])
-        .args(["--current-store-port", &current.to_string(), "--old-store-port", &old.to_string(), "--graph-port", &graph.to_string()])
+        .args(["--current-store-port", "0", "--old-store-port", "0", "--graph-port", "0"])
         .env("REVSTORE_WRITE_TOKENS", given)
         .env_remove("REVSTORE_CASSANDRA")
         .env("RUST_LOG", "warn")
@@ -400,9 +418,10 @@ async fn a_second_up_on_a_directory_in_use_changes_nothing_and_no_token_is_print
         .spawn()
         .expect("start revstore up");
     let _first = Running(first);
+    let (current, _, _) = ports_of(&stdout).await;
     let http = reqwest::Client::new();
     let ready = format!("http://127.0.0.1:{current}/readyz");
-    until(&ready, || {
+    eventually(&ready, WAIT, || {
         let request = http.get(&ready).send();
         async move { request.await.is_ok_and(|r| r.status() == 200) }
     })
@@ -414,8 +433,7 @@ async fn a_second_up_on_a_directory_in_use_changes_nothing_and_no_token_is_print
 
     let second = Command::new(env!("CARGO_BIN_EXE_revstore"))
         .args(["up", "--data-dir", data.to_str().expect("utf-8")])
-        .args(["--current-store-port", &free_port().to_string(), "--old-store-port", &free_port().to_string()])
-        .args(["--graph-port", &free_port().to_string()])
+        .args(["--current-store-port", "0", "--old-store-port", "0", "--graph-port", "0"])
         .env("REVSTORE_WRITE_TOKENS", "another-write-token-0123456789")
         .env_remove("REVSTORE_CASSANDRA")
         .env("RUST_LOG", "warn")
@@ -463,8 +481,7 @@ async fn up_divides_one_memory_budget_among_its_services() {
     let small = tempfile::tempdir().expect("tempdir");
     let refused = Command::new(env!("CARGO_BIN_EXE_revstore"))
         .args(["up", "--data-dir", small.path().join("data").to_str().expect("utf-8"), "--memory-budget-mb", "200"])
-        .args(["--current-store-port", &free_port().to_string(), "--old-store-port", &free_port().to_string()])
-        .args(["--graph-port", &free_port().to_string()])
+        .args(["--current-store-port", "0", "--old-store-port", "0", "--graph-port", "0"])
         .env_remove("REVSTORE_WRITE_TOKENS")
         .env_remove("REVSTORE_MEMORY_BUDGET_MB")
         .output()
