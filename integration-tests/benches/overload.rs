@@ -41,6 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use revstore_bench::procfs::{cpu_seconds, rss_mb};
+use revstore_bench::{arg, list};
 use revstore_integration_tests::loadgen::{self, Answer, Plan, Report};
 use revstore_integration_tests::{Engine, Options, ServiceProcess, System};
 use revstore_keys::TidGenerator;
@@ -54,15 +56,6 @@ const TEMPLATES: u64 = 20;
 const GRAPH_PAGES: u64 = 2000;
 /// Connections of the closed-loop saturation run.
 const SATURATION_CONNECTIONS: usize = 32;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
-
-fn list(name: &str, default: &str) -> Vec<String> {
-    arg(name).unwrap_or_else(|| default.into()).split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Service {
@@ -223,21 +216,6 @@ async fn quiesce(system: &System) -> Duration {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     started.elapsed()
-}
-
-/// The resident memory of a process, in MB.
-fn rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0.0);
-    kb / 1024.0
-}
-
-/// CPU seconds (user + system) a process has used.
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// What was seen beside a run: the service's memory and CPU, the generator's

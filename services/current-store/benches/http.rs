@@ -59,24 +59,21 @@ mod trace;
 #[path = "http/dump.rs"]
 mod dump;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use revstore_bench::procfs::{PeakRss, cpu_seconds};
+use revstore_bench::{OpenLoop, arg, open_loop, percentile_ms, saturate};
 use revstore_current_store::{Pages, RenderBody, decode_part};
 use revstore_keys::{Domain, Tid, Title, TitleRules};
 use revstore_storage::{CassandraOptions, EmbeddedOptions, StorageSettings};
 
 const TOKEN: &str = "current-store-bench-token";
 const CONCURRENCY: usize = 32;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
 
 /// Real page HTML: the "Anarchism" revisions whose size is in `--html-bytes`
 /// (default 30-100 KB).
@@ -94,44 +91,6 @@ fn rates(name: &str, default: &str) -> Vec<u64> {
     arg(name).unwrap_or_else(|| default.into()).split(',').map(|r| r.trim().parse().expect(name)).collect()
 }
 
-/// What the open-loop phases report: requests, achieved rate, p50, p99, failures.
-struct OpenLoop {
-    latencies: Vec<Duration>,
-    achieved: f64,
-    failed: usize,
-}
-
-/// Sends `op(i)` at exactly `rate` per second for `seconds`, whatever the
-/// answers' pace (open loop); each latency counts from the scheduled send time.
-async fn open_loop<F, Fut>(rate: u64, seconds: u64, op: F) -> OpenLoop
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send + 'static,
-{
-    let op = Arc::new(op);
-    let total = rate * seconds;
-    let t0 = Instant::now() + Duration::from_millis(100);
-    let mut tasks = Vec::with_capacity(total as usize);
-    for i in 0..total {
-        let op = op.clone();
-        let scheduled = t0 + Duration::from_micros(i * 1_000_000 / rate);
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(scheduled.into()).await;
-            let ok = op(i).await;
-            (scheduled.elapsed(), ok)
-        }));
-    }
-    let (mut latencies, mut failed) = (Vec::with_capacity(tasks.len()), 0);
-    for t in tasks {
-        let (latency, ok) = t.await.expect("task");
-        latencies.push(latency);
-        failed += usize::from(!ok);
-    }
-    let achieved = latencies.len() as f64 / t0.elapsed().as_secs_f64();
-    latencies.sort();
-    OpenLoop { latencies, achieved, failed }
-}
-
 fn body(html: &str, n: u64) -> RenderBody {
     RenderBody {
         html: html.to_owned(),
@@ -139,8 +98,6 @@ fn body(html: &str, n: u64) -> RenderBody {
         section_offsets: serde_json::json!({ "mwAQ": { "html": [0, 10], "wt": [0, 5] } }),
     }
 }
-
-struct Service(Child);
 
 /// How an answer under overload ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +142,7 @@ where
     Fut: std::future::Future<Output = Answer> + Send + 'static,
 {
     let answers = Arc::new(std::sync::Mutex::new(Vec::with_capacity((rate * seconds) as usize)));
-    let (sampler, peak_rss) = sample_peak_rss(pid);
+    let peak_rss = PeakRss::start(pid);
     let op = Arc::new(op);
     // `--client-connections N`: the clients hold at most N requests (so N
     // connections) at once, as a fleet of pooled clients or a proxy would;
@@ -209,7 +166,6 @@ where
         }
     })
     .await;
-    sampler.abort();
     println!(
         "cpu over the run at {rate}/s: service {:.1} s, load generator {:.1} s",
         cpu_seconds(&pid.to_string()) - service_cpu,
@@ -225,17 +181,7 @@ where
         }
     }
     successes.sort();
-    (run, counts, successes, peak_rss.load(Ordering::Relaxed))
-}
-
-/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces), from the 3rd: utime is the 14th field, stime the 15th.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    (run, counts, successes, peak_rss.kib())
 }
 
 /// A row of the results table for an open-loop run of writes, with its failures and `extra` after it.
@@ -244,8 +190,8 @@ fn write_row(engine: &str, what: &str, run: &OpenLoop, extra: &str) -> String {
         "| {engine} | {what} | {} | {:.0} | {:.2} | {:.2} |{}{extra}",
         run.latencies.len(),
         run.achieved,
-        percentile(&run.latencies, 0.5),
-        percentile(&run.latencies, 0.99),
+        percentile_ms(&run.latencies, 0.5),
+        percentile_ms(&run.latencies, 0.99),
         if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() },
     )
 }
@@ -294,44 +240,8 @@ async fn read_latest_html(http: &reqwest::Client, base: &str, titles: &Arc<Vec<S
     .await
 }
 
-/// Samples the RSS of `pid` every 100 ms until the task is aborted; the peak (KiB).
-fn sample_peak_rss(pid: u32) -> (tokio::task::JoinHandle<()>, Arc<AtomicU64>) {
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampler = tokio::spawn({
-        let peak = peak.clone();
-        async move {
-            loop {
-                if let Some(kib) = rss_kib(pid) {
-                    peak.fetch_max(kib, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
-    (sampler, peak)
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -378,7 +288,7 @@ async fn main() {
         "cassandra" => cmd.args(["--cassandra", &node, "--keyspace", &keyspace]),
         other => panic!("unknown engine {other:?}"),
     };
-    let service = Service(cmd.spawn().expect("start revstore-current-store"));
+    let service = revstore_bench::Process(cmd.spawn().expect("start revstore-current-store"));
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("client");
     let started = Instant::now();
@@ -429,8 +339,8 @@ async fn main() {
             "| {engine} | read latest HTML, fixed {rate}/s | {} | {:.0} | {:.2} | {:.2} |{}",
             run.latencies.len(),
             run.achieved,
-            percentile(&run.latencies, 0.5),
-            percentile(&run.latencies, 0.99),
+            percentile_ms(&run.latencies, 0.5),
+            percentile_ms(&run.latencies, 0.99),
             if run.failed > 0 { format!(" {} failed", run.failed) } else { String::new() }
         ));
     }
@@ -589,8 +499,8 @@ async fn main() {
             run.achieved * counts[Answer::Success as usize] as f64 / run.latencies.len().max(1) as f64,
             counts[Answer::Shed as usize],
             counts[Answer::Failed as usize],
-            percentile(&run.latencies, 0.99),
-            percentile(successes, 0.99),
+            percentile_ms(&run.latencies, 0.99),
+            percentile_ms(successes, 0.99),
             rss as f64 / 1024.0
         )
     };
@@ -652,7 +562,7 @@ async fn main() {
     }
 
     // 2. Saturation over HTTP.
-    let (http_ops, http_lat) = saturate(if measure_reads { seconds } else { 0 }, {
+    let (http_ops, http_lat) = saturate(CONCURRENCY, if measure_reads { seconds } else { 0 }, {
         let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
         move |i| {
             let (http, base, titles) = (http.clone(), base.clone(), titles.clone());
@@ -670,14 +580,14 @@ async fn main() {
             "| {engine} | read latest HTML, saturation over HTTP | {} | {:.0} | {:.2} | {:.2} |",
             http_lat.len(),
             http_ops,
-            percentile(&http_lat, 0.5),
-            percentile(&http_lat, 0.99)
+            percentile_ms(&http_lat, 0.5),
+            percentile_ms(&http_lat, 0.99)
         ));
     }
 
     // 4. Writes at saturation (before the service stops).
     let next_rev = Arc::new(AtomicU64::new(1_000_000));
-    let (write_ops, write_lat) = saturate(if measure_writes { seconds } else { 0 }, {
+    let (write_ops, write_lat) = saturate(CONCURRENCY, if measure_writes { seconds } else { 0 }, {
         let (http, base, titles, html, next_rev) = (http.clone(), base.clone(), titles.clone(), Arc::new(html.clone()), next_rev.clone());
         move |i| {
             let (http, base, titles, html, next_rev) = (http.clone(), base.clone(), titles.clone(), html.clone(), next_rev.clone());
@@ -701,8 +611,8 @@ async fn main() {
             "| {engine} | write new renders, 32 writers | {} | {:.0} | {:.2} | {:.2} |",
             write_lat.len(),
             write_ops,
-            percentile(&write_lat, 0.5),
-            percentile(&write_lat, 0.99)
+            percentile_ms(&write_lat, 0.5),
+            percentile_ms(&write_lat, 0.99)
         ));
     }
     drop(service);
@@ -731,7 +641,7 @@ async fn main() {
         assert_eq!(latest.rev.get(), best.max(latest.rev.get()), "precedence violated on {t}");
         assert!(latest.rev.get() < max_rev);
     }
-    let (direct_ops, direct_lat) = saturate(if measure_reads { seconds } else { 0 }, {
+    let (direct_ops, direct_lat) = saturate(CONCURRENCY, if measure_reads { seconds } else { 0 }, {
         let (pages, titles, domain) = (pages.clone(), titles.clone(), domain.clone());
         move |i| {
             let (pages, titles, domain) = (pages.clone(), titles.clone(), domain.clone());
@@ -749,8 +659,8 @@ async fn main() {
             "| {engine} | read latest HTML, saturation, Store in-process | {} | {:.0} | {:.2} | {:.2} |",
             direct_lat.len(),
             direct_ops,
-            percentile(&direct_lat, 0.5),
-            percentile(&direct_lat, 0.99)
+            percentile_ms(&direct_lat, 0.5),
+            percentile_ms(&direct_lat, 0.99)
         ));
     }
     if engine == "cassandra" {
@@ -789,39 +699,6 @@ async fn main() {
             println!("{r}");
         }
     }
-}
-
-/// Runs `op(i)` from 32 tasks for `seconds`; returns operations per second and latencies.
-async fn saturate<F, Fut>(seconds: u64, op: F) -> (f64, Vec<Duration>)
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let op = Arc::new(op);
-    let counter = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..CONCURRENCY {
-        let (op, counter) = (op.clone(), counter.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            while Instant::now() < deadline {
-                let i = counter.fetch_add(1, Ordering::Relaxed) as usize;
-                let t = Instant::now();
-                op(i).await;
-                lat.push(t.elapsed());
-            }
-            lat
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("task"));
-    }
-    let ops = all.len() as f64 / started.elapsed().as_secs_f64();
-    all.sort();
-    (ops, all)
 }
 
 /// Every churned page's reads, traced, in `page_renders`: the latest render,

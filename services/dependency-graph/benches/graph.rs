@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use revstore_api::ChangeKind;
 use revstore_api::graph::Edge;
+use revstore_bench::{arg, percentile};
 use revstore_dependency_graph::DependentsQuery;
 use revstore_dependency_graph::Graph;
 use revstore_keys::{Domain, Title, TitleRules};
@@ -45,11 +46,6 @@ use serde_json::{Value, json};
 const TOKEN: &str = "dependency-graph-bench-token";
 const DOMAIN: &str = "en.wikipedia.org";
 const TEMPLATE: &str = "Template:Citation_needed";
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
 
 struct Service {
     child: Child,
@@ -93,11 +89,6 @@ impl Service {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let _ = self.child.wait();
     }
-}
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]
 }
 
 fn dependent_edge(i: usize) -> Edge {

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
+use revstore_bench::{arg, percentile};
 use revstore_current_store::CurrentStore;
 use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
@@ -32,16 +33,6 @@ use serde_json::{Value, json};
 const TOKEN: &str = "janitor-bench-token-0123456789";
 const DOMAIN: &str = "en.wikipedia.org";
 const GRACE_SECS: u64 = 5;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]
-}
 
 /// Runs the janitor binary to its end; its summary. `ops_per_sec` `None`: its default rate.
 fn janitor(base: &str, token_file: &std::path::Path, args: &[&str], ops_per_sec: Option<&str>) -> Value {

@@ -28,11 +28,6 @@ use std::time::{Duration, Instant};
 
 use common::{DOMAIN, Service, arg};
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let engine = arg("--engine").unwrap_or_else(|| "embedded".into());
@@ -94,7 +89,7 @@ async fn main() {
         let (peak, pid) = (peak.clone(), service.pid());
         async move {
             loop {
-                if let Some(kib) = rss_kib(pid) {
+                if let Some(kib) = revstore_bench::procfs::status_kib(pid, "VmRSS:") {
                     peak.fetch_max(kib, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;

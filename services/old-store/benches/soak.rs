@@ -32,49 +32,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use revstore_bench::procfs::{rss_mb, rss_parts, status_mb};
+use revstore_bench::{arg, flag};
 use revstore_keys::Tid;
 use serde_json::json;
 
 const TOKEN: &str = "old-store-soak-token";
 const DOMAIN: &str = "en.wikipedia.org";
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    status_mb(pid, "VmRSS:")
-}
-
-/// RSS split: anonymous (heaps, stacks) and file-backed (the binary's pages), and threads.
-fn rss_parts(pid: u32) -> String {
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:").map(|v| v.trim().to_owned()))
-        .unwrap_or_default();
-    // Transparent huge pages among the anonymous ones: 2 MiB faulted in at a time.
-    let huge_kb: f64 = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
-        .unwrap_or(0.0);
-    format!(
-        "anon {:.1} MB ({:.1} MB in huge pages), file {:.1} MB, {threads} threads",
-        status_mb(pid, "RssAnon:"),
-        huge_kb / 1024.0,
-        status_mb(pid, "RssFile:")
-    )
-}
-
-/// A `/proc/PID/status` figure in MB (`VmRSS:`, `VmHWM:`).
-fn status_mb(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 =
-        status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    kb / 1024.0
-}
 
 struct Service {
     child: Child,
@@ -109,7 +73,7 @@ async fn main() {
     // Percent of reads and of streams (the rest are writes): `--mix 60,10`.
     let mix: Vec<u32> = arg("--mix").map_or(vec![60, 10], |m| m.split(',').map(|p| p.parse().expect("--mix")).collect());
     let (reads, streams) = (mix[0], mix[0] + mix.get(1).copied().unwrap_or(0));
-    let up = std::env::args().any(|a| a == "--up");
+    let up = flag("--up");
     let binary = match (arg("--binary"), up) {
         (Some(binary), _) => binary,
         (None, false) => env!("CARGO_BIN_EXE_revstore-old-store").to_owned(),

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::{OpenLoop, read_latest_html, sample_peak_rss, write_row};
+use revstore_bench::OpenLoop;
+use revstore_bench::procfs::PeakRss;
+
+use super::{read_latest_html, write_row};
 
 /// What one dump of the whole domain took.
 pub struct Dumped {
@@ -23,7 +26,7 @@ pub struct Dumped {
 /// Dumps the domain in `slices` slices at once, each stream read to its end line.
 pub async fn dump_domain(http: &reqwest::Client, base: &str, slices: u32, pid: u32) -> Dumped {
     let (pages, bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (sampler, peak) = sample_peak_rss(pid);
+    let peak = PeakRss::start(pid);
     let started = Instant::now();
     let streams = (0..slices).map(|k| {
         let (http, pages, bytes) = (http.clone(), pages.clone(), bytes.clone());
@@ -46,12 +49,11 @@ pub async fn dump_domain(http: &reqwest::Client, base: &str, slices: u32, pid: u
     for stream in streams.collect::<Vec<_>>() {
         stream.await.expect("dump task");
     }
-    sampler.abort();
     Dumped {
         pages: pages.load(Ordering::Relaxed),
         bytes: bytes.load(Ordering::Relaxed),
         seconds: started.elapsed().as_secs_f64(),
-        peak_rss_kib: peak.load(Ordering::Relaxed),
+        peak_rss_kib: peak.kib(),
     }
 }
 

@@ -12,11 +12,8 @@ use revstore_keys::Tid;
 pub const TOKEN: &str = "old-store-bench-token";
 pub const DOMAIN: &str = "en.wikipedia.org";
 
-/// The value after `name` on the command line.
-pub fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
+pub use revstore_bench::arg;
+pub use revstore_bench::percentile_ms as percentile;
 
 /// The binary to measure: `--binary PATH` (an older build, side by side), or this build's.
 pub fn binary() -> PathBuf {
@@ -150,11 +147,6 @@ pub async fn archive_copies(service: &Arc<Service>, titles: usize, history: &Arc
 /// Bytes in the files of a data directory.
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
-}
-
-/// The `p` quantile of sorted latencies, in milliseconds.
-pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
 
 /// What random reads measured: latencies sorted, and the wall time they took.
