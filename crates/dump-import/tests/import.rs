@@ -13,7 +13,9 @@ const TOKEN: &str = "dump-import-test-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sample_wiki_imports_completely_and_reads_back_identical() {
-    let old_store = revstore_test_service::start_on::<revstore_old_store::OldStore>(Engine::Embedded, TOKEN, &[]).await;
+    let old_store =
+        revstore_test_service::start_on(Engine::Embedded, revstore_test_service::TestSettings::<revstore_old_store::OldStore>::new(TOKEN))
+            .await;
     let http =
         HttpClient::new(&old_store.url(""), ClientOptions { token: Some(TOKEN.into()), ..ClientOptions::default() }).expect("client");
     let client = OldStoreClient::new(http);
@@ -46,8 +48,14 @@ async fn the_sample_wiki_imports_completely_and_reads_back_identical() {
 /// counted, and every page after them is imported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_dump_imports_what_it_can_and_counts_the_rest() {
-    let old_store = revstore_test_service::start_on::<revstore_old_store::OldStore>(Engine::Embedded, TOKEN, &[]).await;
-    let graph = revstore_test_service::start_on::<revstore_dependency_graph::DependencyGraph>(Engine::Embedded, TOKEN, &[]).await;
+    let old_store =
+        revstore_test_service::start_on(Engine::Embedded, revstore_test_service::TestSettings::<revstore_old_store::OldStore>::new(TOKEN))
+            .await;
+    let graph = revstore_test_service::start_on(
+        Engine::Embedded,
+        revstore_test_service::TestSettings::<revstore_dependency_graph::DependencyGraph>::new(TOKEN),
+    )
+    .await;
     let client = |url: &str| HttpClient::new(url, ClientOptions { token: Some(TOKEN.into()), ..ClientOptions::default() }).expect("client");
     let revision =
         |id: u64, time: &str, text: &str| format!("<revision><id>{id}</id><timestamp>{time}</timestamp><text>{text}</text></revision>");

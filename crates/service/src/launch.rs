@@ -88,7 +88,7 @@ impl Context {
 pub trait ServiceDefinition: 'static {
     /// Its own settings, beside the shared [`ServiceSettings`]: a struct whose
     /// fields are its flags, whose `Default` is [`command_line_defaults`].
-    type Settings: clap::Args + clap::FromArgMatches + Clone + std::fmt::Debug + Send + 'static;
+    type Settings: clap::Args + clap::FromArgMatches + Clone + Default + std::fmt::Debug + Send + 'static;
     /// `current-store`, `old-store`…: logs, metrics.
     const NAME: &'static str;
     /// Its binary's name (`revstore-current-store`…) and one-line description.

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use revstore_service::{ServiceDefinition, ServiceSettings};
+use revstore_service::{CommonArgs, Secret, ServiceDefinition, ServiceSettings};
 use revstore_storage::testing::TestKeyspace;
 
 /// The storage engine a test runs a service on.
@@ -42,64 +42,87 @@ pub async fn eventually(what: &str, limit: std::time::Duration, mut check: impl 
     }
 }
 
-/// Starts a service of kind `D` on `engine` with a fresh data directory or keyspace.
-pub async fn start_on<D: ServiceDefinition>(engine: Engine, token: &str, extra: &[&str]) -> Service {
-    match engine {
-        Engine::Embedded => {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let mut service = start_in::<D>(dir.path(), token, extra).await;
-            service.dir = Some(dir);
-            service
-        }
-        Engine::Cassandra => {
-            let keyspace = TestKeyspace::new(D::NAME);
-            let dir = tempfile::tempdir().expect("tempdir");
-            let mut args = vec!["--cassandra", keyspace.node(), "--keyspace", keyspace.name(), "--migrate-on-start", "true"];
-            args.extend_from_slice(extra);
-            let mut service = start_in::<D>(dir.path(), token, &args).await;
-            service.dir = Some(dir);
-            service.keyspace = Some(keyspace);
-            service
-        }
+/// What a test starts a service of kind `D` with, as values: the settings
+/// its binary has without flags, except the test's write token, port 0 of
+/// the loopback (the address is read back from the listener), no drain delay
+/// and 4 MB bodies. A test sets the fields it needs: `common`, every
+/// service's; `own`, the service's.
+pub struct TestSettings<D: ServiceDefinition> {
+    pub common: CommonArgs,
+    pub own: D::Settings,
+}
+
+impl<D: ServiceDefinition> std::fmt::Debug for TestSettings<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestSettings").field("common", &self.common).field("own", &self.own).finish()
     }
 }
 
-/// Starts a service of kind `D` on the embedded engine in `data_dir` (or,
-/// with `--cassandra` among `extra`, on Cassandra), with the settings its
-/// binary's command line `extra` completes, and waits until it is ready.
-pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, token: &str, extra: &[&str]) -> Service {
-    let mut argv: Vec<&str> = vec!["--data-dir", data_dir.to_str().expect("utf-8")];
-    if !extra.contains(&"--body-limit-bytes") {
-        argv.extend(["--body-limit-bytes", "4000000"]);
+impl<D: ServiceDefinition> TestSettings<D> {
+    pub fn new(token: &str) -> Self {
+        TestSettings {
+            common: CommonArgs {
+                listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+                write_tokens: vec![Secret::new(token)],
+                shutdown_delay_secs: 0,
+                body_limit_bytes: 4_000_000,
+                ..CommonArgs::default()
+            },
+            own: D::Settings::default(),
+        }
     }
-    argv.extend_from_slice(extra);
-    let (settings, own) = settings::<D>(token, &argv);
-    let started = revstore_service::start::<D>(settings, own).await;
+
+    /// These settings, changed by `change`.
+    pub fn with(mut self, change: impl FnOnce(&mut Self)) -> Self {
+        change(&mut self);
+        self
+    }
+
+    fn resolved(self) -> (ServiceSettings, D::Settings) {
+        let common = self.common.resolve(D::DEFAULT_PORT).unwrap_or_else(|e| panic!("revstore-{}: {e}", D::NAME));
+        (common, self.own)
+    }
+}
+
+/// Starts a service of kind `D` on `engine` with a fresh data directory or keyspace.
+pub async fn start_on<D: ServiceDefinition>(engine: Engine, mut settings: TestSettings<D>) -> Service {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keyspace = match engine {
+        Engine::Embedded => None,
+        Engine::Cassandra => {
+            let keyspace = TestKeyspace::new(D::NAME);
+            settings.common.storage.cassandra = vec![keyspace.node().to_owned()];
+            settings.common.storage.keyspace = keyspace.name().to_owned();
+            settings.common.migrate_on_start = Some(true);
+            Some(keyspace)
+        }
+    };
+    let mut service = start_in::<D>(dir.path(), settings).await;
+    service.dir = Some(dir);
+    service.keyspace = keyspace;
+    service
+}
+
+/// Starts a service of kind `D` on the embedded engine in `data_dir` (or on
+/// the Cassandra its settings name), and waits until it is ready.
+pub async fn start_in<D: ServiceDefinition>(data_dir: &Path, mut settings: TestSettings<D>) -> Service {
+    settings.common.storage.data_dir = data_dir.to_owned();
+    let embedded = settings.common.storage.cassandra.is_empty();
+    let (common, own) = settings.resolved();
+    let started = revstore_service::start::<D>(common, own).await;
     let mut service = serve_until_ready::<D>(started).await;
-    if !extra.contains(&"--cassandra") {
+    if embedded {
         service.data_dir = Some(data_dir.to_owned());
     }
     service
 }
 
 /// Starts a service of kind `D` on a store the test opened (an embedded
-/// engine on an injected clock, say), migrated by the caller; `extra`
-/// completes its command line.
-pub async fn start_with_store<D: ServiceDefinition>(store: revstore_storage::Store, token: &str, extra: &[&str]) -> Service {
-    let (settings, own) = settings::<D>(token, extra);
-    let started = revstore_service::start_on_store::<D>(settings, own, store).await;
+/// engine on an injected clock, say), migrated by the caller.
+pub async fn start_with_store<D: ServiceDefinition>(store: revstore_storage::Store, settings: TestSettings<D>) -> Service {
+    let (common, own) = settings.resolved();
+    let started = revstore_service::start_on_store::<D>(common, own, store).await;
     serve_until_ready::<D>(started).await
-}
-
-/// The settings of a service of kind `D` for a test: its binary's command
-/// line completed by `extra`, listening on a free port of the loopback, no
-/// drain delay.
-fn settings<D: ServiceDefinition>(token: &str, extra: &[&str]) -> (ServiceSettings, D::Settings) {
-    let program = format!("revstore-{}", D::NAME);
-    let mut argv = vec![program.as_str(), "--write-tokens", token, "--shutdown-delay-secs", "0", "--listen", "127.0.0.1:0"];
-    argv.extend_from_slice(extra);
-    let line = revstore_service::parse_command_line::<D>(&argv).unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"));
-    line.settings::<D>().unwrap_or_else(|e| panic!("{program} {argv:?}: {e}"))
 }
 
 async fn serve_until_ready<D: ServiceDefinition>(

@@ -42,7 +42,8 @@ impl ServiceDefinition for Drifting {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_drift_is_reported() {
-    let service = revstore_test_service::start_on::<Drifting>(Engine::Embedded, "token-0123456789", &[]).await;
+    let service =
+        revstore_test_service::start_on(Engine::Embedded, revstore_test_service::TestSettings::<Drifting>::new("token-0123456789")).await;
     let mut drift = revstore_test_service::contract_drift(&service, "token-0123456789").await;
     drift.sort();
     assert_eq!(

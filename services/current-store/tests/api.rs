@@ -27,7 +27,7 @@ async fn problem(r: reqwest::Response, status: u16) -> Value {
 }
 
 async fn a_render_is_stored_once_and_served_in_every_part(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = &anarchism_html()[0];
     let tid = Tid::now();
     let created = put(&s, "Anarchism", 18201, tid, &render(html, 1)).await;
@@ -70,7 +70,7 @@ async fn a_render_is_stored_once_and_served_in_every_part(engine: Engine) {
 }
 
 async fn a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = anarchism_html();
     let (t1, t2) = (Tid::now(), Tid::now());
     assert_eq!(put(&s, "Anarchism", 18201, t1, &render(&html[0], 1)).await.status(), 201);
@@ -98,7 +98,7 @@ async fn a_new_revision_supersedes_and_the_old_one_stays_for_the_grace_period(en
 }
 
 async fn preconditions_drop_stale_renders(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = &anarchism_html()[2];
     let t1 = Tid::now();
     assert_eq!(put(&s, "Anarchism", 19749, t1, &render(html, 1)).await.status(), 201);
@@ -133,7 +133,7 @@ async fn preconditions_drop_stale_renders(engine: Engine) {
 }
 
 async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = &anarchism_html()[3];
     let ok = render(html, 1);
     let tid = Tid::now();
@@ -181,7 +181,7 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
     problem(garbage, 400).await;
     // Over the body limit (a service with a small one, so the client finishes
     // sending before it reads the early 413).
-    let small = start_on(engine, &["--body-limit-bytes", "200000"]).await;
+    let small = start_on(engine, |s| s.common.body_limit_bytes = 200_000).await;
     problem(put(&small, "Anarchism", 1, tid, &render(&"x".repeat(300_000), 1)).await, 413).await;
     problem(client().get(small.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send"), 404).await;
     problem(client().put(s.url(&format!("{PAGE}/Anarchism/1/{tid}"))).json(&ok).send().await.expect("send"), 401).await;
@@ -193,7 +193,7 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
 /// Pages named like the static routes' first segment (`title`, `revisions`)
 /// could not be written by POST: the static GET routes answered 405.
 async fn pages_named_title_and_revisions_can_be_posted(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     for name in ["title", "revisions", "Title"] {
         let posted = client().post(s.url(&format!("{PAGE}/{name}/5"))).bearer_auth(TOKEN).json(&render("<p>named</p>", 1)).send().await;
         let posted = posted.expect("send");
@@ -221,7 +221,7 @@ fn future_tid() -> Tid {
 }
 
 async fn delete_and_suppress_hide_content(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = anarchism_html();
     let (t1, t2) = (Tid::now(), Tid::now());
     assert_eq!(put(&s, "Anarchism", 20514, t1, &render(&html[3], 1)).await.status(), 201);
@@ -244,7 +244,7 @@ async fn delete_and_suppress_hide_content(engine: Engine) {
 }
 
 async fn titles_with_slashes_and_spaces_are_one_page(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let tid = Tid::now();
     assert_eq!(put(&s, "AC%2FDC%20live", 7, tid, &render("<p>rock</p>", 1)).await.status(), 201);
     for alias in ["AC%2FDC_live", "aC%2FDC%20live"] {
@@ -257,7 +257,7 @@ async fn titles_with_slashes_and_spaces_are_one_page(engine: Engine) {
 
 async fn the_openapi_document_covers_the_contract(engine: Engine) {
     use http::Method;
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let doc: Value = client().get(s.url("/openapi.json")).send().await.expect("send").json().await.expect("json");
     let contract = [
         (Method::PUT, "/{domain}/v1/page/{title}/{rev}/{tid}"),
@@ -288,7 +288,7 @@ revstore_test_service::on_both_engines!(
 /// found undocumented problem answers and no security scheme).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_is_documented() {
-    let s = common::start_on(common::Engine::Embedded, &["--body-limit-bytes", "2000"]).await;
+    let s = common::start_on(common::Engine::Embedded, |s| s.common.body_limit_bytes = 2000).await;
     let doc: serde_json::Value = reqwest::get(s.url("/openapi.json")).await.expect("send").json().await.expect("json");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
     let missing = revstore_test_service::undocumented_answers(&s, TOKEN, 2000).await;
@@ -299,7 +299,7 @@ async fn every_answer_is_documented() {
 /// methods (the document is written apart from the router, so they can drift).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_router_and_the_openapi_document_agree() {
-    let s = common::start_on(common::Engine::Embedded, &[]).await;
+    let s = common::start_on(common::Engine::Embedded, |_| {}).await;
     revstore_test_service::assert_router_matches_openapi(&s, common::TOKEN).await;
     // So every route is in the document: each write and admin route answers
     // 401 without a token and 403 with a wrong one.

@@ -21,17 +21,21 @@ pub fn render(html: &str, n: u64) -> RenderBody {
     }
 }
 
+/// current-store's settings in a test: the test token, the rest as the
+/// binary's without flags, until `change` sets what the test needs.
+pub type Settings = revstore_test_service::TestSettings<CurrentStore>;
+
 /// Starts current-store on `engine` with a fresh data directory or keyspace.
-pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_test_service::start_on::<CurrentStore>(engine, TOKEN, extra).await
+pub async fn start_on(engine: Engine, change: impl FnOnce(&mut Settings)) -> Service {
+    revstore_test_service::start_on(engine, Settings::new(TOKEN).with(change)).await
 }
 
 /// Starts current-store on the embedded engine in a fresh directory.
-pub async fn start(extra: &[&str]) -> Service {
-    start_on(Engine::Embedded, extra).await
+pub async fn start(change: impl FnOnce(&mut Settings)) -> Service {
+    start_on(Engine::Embedded, change).await
 }
 
 /// Starts current-store on the embedded engine in `data_dir`.
-pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_test_service::start_in::<CurrentStore>(data_dir, TOKEN, extra).await
+pub async fn start_in(data_dir: &std::path::Path, change: impl FnOnce(&mut Settings)) -> Service {
+    revstore_test_service::start_in(data_dir, Settings::new(TOKEN).with(change)).await
 }

@@ -69,7 +69,7 @@ async fn wiki(s: &common::Service) -> BTreeMap<String, u64> {
 }
 
 async fn a_dump_holds_every_page_of_its_domain_once(engine: Engine) {
-    let s = start_on(engine, &["--dump-pages-per-second", "0"]).await;
+    let s = start_on(engine, |s| s.own.dump_pages_per_second = 0).await;
     let expected = wiki(&s).await;
 
     let (whole, end) = dump(&s, EN, "").await;
@@ -127,7 +127,7 @@ fn urlencoding(cursor: &str) -> String {
 /// A client cut off mid-stream resumes from the last line it read; a forged
 /// or foreign cursor and other bad parameters are 400s.
 async fn a_cut_dump_resumes_and_bad_cursors_are_refused(engine: Engine) {
-    let s = start_on(engine, &["--dump-pages-per-second", "0"]).await;
+    let s = start_on(engine, |s| s.own.dump_pages_per_second = 0).await;
     let expected = wiki(&s).await;
 
     let mut body = client().get(s.url(&format!("/{EN}/v1/dump/current"))).send().await.expect("send");
@@ -174,7 +174,7 @@ async fn a_cut_dump_resumes_and_bad_cursors_are_refused(engine: Engine) {
 /// Pages rewritten while a (paced) dump reads them appear once, each with one
 /// whole render: its revision and its HTML belong together.
 async fn writes_during_a_dump_never_tear_a_line(engine: Engine) {
-    let s = start_on(engine, &["--dump-pages-per-second", "100"]).await;
+    let s = start_on(engine, |s| s.own.dump_pages_per_second = 100).await;
     for i in 0..40 {
         assert_eq!(put(&s, EN, &format!("Page_{i}"), 1).await, 201);
     }

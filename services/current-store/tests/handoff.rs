@@ -47,7 +47,7 @@ async fn first_renders_reach_old_store_across_outages_and_restarts() {
     let html = anarchism_html();
     let client = reqwest::Client::new();
 
-    let service = start_in(dir.path(), &["--old-store-url", &url]).await;
+    let service = start_in(dir.path(), |s| s.own.old_store_url = Some(url.clone())).await;
     let mut expected = BTreeMap::new();
     for (i, rev) in [101u64, 102, 103, 104, 105].into_iter().enumerate() {
         let tid = Tid::now();
@@ -74,7 +74,7 @@ async fn first_renders_reach_old_store_across_outages_and_restarts() {
     // Old-store stays down for a while; then current-store restarts.
     tokio::time::sleep(Duration::from_secs(2)).await;
     service.stop().await;
-    let service = start_in(dir.path(), &["--old-store-url", &url]).await;
+    let service = start_in(dir.path(), |s| s.own.old_store_url = Some(url.clone())).await;
 
     let received: Received = Arc::default();
     receiver(old_store, received.clone()).await;

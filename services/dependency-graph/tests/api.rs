@@ -40,7 +40,7 @@ fn children(listing: &Value) -> Vec<String> {
 }
 
 async fn a_dependency_set_is_replaced_by_its_difference(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let set = json!([
         {"parent": "Template:Infobox", "type": "modification", "priority": 900, "child_selector": ["mwAB"]},
         {"parent": "Template:Cite", "type": "modification", "priority": 10},
@@ -100,7 +100,7 @@ async fn a_dependency_set_is_replaced_by_its_difference(engine: Engine) {
 }
 
 async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
-    let s = start_on(engine, &["--graph-max-edges", "3"]).await;
+    let s = start_on(engine, |s| s.own.max_edges = 3).await;
     let edge = |parent: &str| json!({"parent": parent, "type": "modification", "priority": 1});
     let cases: Vec<(&str, Value, u16)> = vec![
         ("itself", json!([edge("Main Page")]), 400),
@@ -140,7 +140,7 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
 }
 
 async fn the_pull_check_finds_what_changed_after_the_last_update(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let set = json!([
         {"parent": "Template:Infobox", "type": "modification", "priority": 10, "parent_selector": ["x"], "child_selector": ["mwAB"]},
         {"parent": "Template:Cite", "type": "modification", "priority": 2, "child_selector": ["mwAC"]},
@@ -207,7 +207,7 @@ async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Eng
         parent_selector: None,
         child_selector: Some(vec![format!("mw{i}")]),
     };
-    let (s, _guard) = common::preloaded(engine, &[], |graph| async move {
+    let (s, _guard) = common::preloaded(engine, |graph| async move {
         let edges: Vec<_> = (0..DEPENDENTS).map(|i| (common::title(&format!("Page {i}")), edge(i))).collect();
         for chunk in edges.chunks(5_000) {
             graph.add_edges(&common::domain(), chunk, revstore_keys::TitleRules::default()).await.expect("load");
@@ -267,7 +267,7 @@ async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Eng
 /// document agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openapi_document_matches_the_service() {
-    let s = start_on(Engine::Embedded, &["--body-limit-bytes", "2000"]).await;
+    let s = start_on(Engine::Embedded, |s| s.common.body_limit_bytes = 2000).await;
     let missing = revstore_test_service::undocumented_answers(&s, TOKEN, 2000).await;
     assert!(missing.is_empty(), "answers the OpenAPI document does not list:\n{}", missing.join("\n"));
     revstore_test_service::assert_router_matches_openapi(&s, TOKEN).await;
@@ -283,7 +283,7 @@ async fn the_openapi_document_matches_the_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_divergence_between_the_two_directions_is_found() {
     use revstore_dependency_graph::testing::{dependency_delete, dependent_delete};
-    let (s, _guard) = common::preloaded(Engine::Embedded, &[], |graph| async move {
+    let (s, _guard) = common::preloaded(Engine::Embedded, |graph| async move {
         let edge = |parent: &str| Edge {
             parent: parent.into(),
             kind: ChangeKind::Modification,

@@ -14,13 +14,17 @@ pub use revstore_test_service::{Engine, Service};
 pub const TOKEN: &str = "dependency-graph-test-token";
 pub const DOMAIN: &str = "en.wikipedia.org";
 
-pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_test_service::start_on::<DependencyGraph>(engine, TOKEN, extra).await
+/// The graph's settings in a test: the test token, the rest as the
+/// binary's without flags, until `change` sets what the test needs.
+pub type Settings = revstore_test_service::TestSettings<DependencyGraph>;
+
+pub async fn start_on(engine: Engine, change: impl FnOnce(&mut Settings)) -> Service {
+    revstore_test_service::start_on(engine, Settings::new(TOKEN).with(change)).await
 }
 
 /// A service whose store was loaded by `load` (through [`Graph`], below the
 /// HTTP API) before it started. Keep the guard as long as the service.
-pub async fn preloaded<F, Fut>(engine: Engine, extra: &[&str], load: F) -> (Service, Guard)
+pub async fn preloaded<F, Fut>(engine: Engine, load: F) -> (Service, Guard)
 where
     F: FnOnce(Graph) -> Fut,
     Fut: Future<Output = ()>,
@@ -33,7 +37,7 @@ where
                 store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH, &revstore_schema::version::JANITOR]).await.expect("migrate");
                 load(Graph::new(store, 10_000)).await;
             }
-            let service = revstore_test_service::start_in::<DependencyGraph>(dir.path(), TOKEN, extra).await;
+            let service = revstore_test_service::start_in(dir.path(), Settings::new(TOKEN)).await;
             (service, Guard::Dir(dir))
         }
         Engine::Cassandra => {
@@ -41,9 +45,11 @@ where
             let store = Store::new(Arc::new(keyspace.connect().await));
             store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH, &revstore_schema::version::JANITOR]).await.expect("migrate");
             load(Graph::new(store, 10_000)).await;
-            let mut args = vec!["--cassandra", keyspace.node(), "--keyspace", keyspace.name()];
-            args.extend_from_slice(extra);
-            let service = revstore_test_service::start_in::<DependencyGraph>(dir.path(), TOKEN, &args).await;
+            let settings = Settings::new(TOKEN).with(|s| {
+                s.common.storage.cassandra = vec![keyspace.node().to_owned()];
+                s.common.storage.keyspace = keyspace.name().to_owned();
+            });
+            let service = revstore_test_service::start_in(dir.path(), settings).await;
             (service, Guard::Keyspace(keyspace, dir))
         }
     }

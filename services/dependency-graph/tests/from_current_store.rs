@@ -16,13 +16,16 @@ const CURRENT_TOKEN: &str = "current-store-test-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_edit_in_current_store_makes_its_users_pending() {
-    let graph = common::start_on(Engine::Embedded, &[]).await;
+    let graph = common::start_on(Engine::Embedded, |_| {}).await;
     let peer_token = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(peer_token.path(), TOKEN).expect("write token");
-    let current = revstore_test_service::start_on::<CurrentStore>(
+    let current = revstore_test_service::start_on(
         Engine::Embedded,
-        CURRENT_TOKEN,
-        &["--graph-url", &graph.url(""), "--notify-graph", "--peer-token-file", peer_token.path().to_str().expect("utf-8")],
+        revstore_test_service::TestSettings::<CurrentStore>::new(CURRENT_TOKEN).with(|s| {
+            s.own.graph_url = Some(graph.url(""));
+            s.own.notify_graph = true;
+            s.own.peer_token_file = Some(peer_token.path().to_owned());
+        }),
     )
     .await;
     let http = reqwest::Client::new();

@@ -138,7 +138,7 @@ fn ahead(seconds: u64) -> String {
 /// Item 1: an update dated up to the allowed skew ahead no longer outlives a
 /// later removal, and the repair brings nothing removed back.
 async fn a_removal_wins_over_an_update_dated_ahead(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let edge = |parent: &str| json!({"parent": parent, "type": "modification", "priority": 800});
     put_deps(&s, "Page", json!([edge("Template:R1"), edge("Template:R2")])).await;
     let updated: Value = post(&s, "updated/Page", json!({"at": ahead(120)})).await.json().await.expect("json");
@@ -166,7 +166,7 @@ fn largest_selector(seed: usize) -> Vec<String> {
 /// Item 2: a listing page is bounded in bytes whatever its edges carry: each
 /// listing is cut early and says `next`, and the walk still sees every item once.
 async fn listings_are_bounded_in_bytes(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     const EDGES: usize = 24;
     // 24 edges of 131 KB each: 3 MB, listed with the default limit of 1,000.
     for i in 0..EDGES {
@@ -205,7 +205,7 @@ async fn listings_are_bounded_in_bytes(engine: Engine) {
 
 /// Item 3: a change of the 1,500th fragment a template changed is found.
 async fn the_pull_check_sees_every_fragment_change(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     put_deps(
         &s,
         "Reader",
@@ -232,7 +232,7 @@ async fn the_pull_check_sees_every_fragment_change(engine: Engine) {
 /// Item 3: the retention task removes old fragment rows, and an edge not
 /// updated since a forgotten change is still found stale.
 async fn change_retention_forgets_old_fragments_but_not_their_staleness(engine: Engine) {
-    let s = start_on(engine, &["--graph-change-retention-secs", "86400"]).await;
+    let s = start_on(engine, |s| s.own.change_retention = std::time::Duration::from_secs(86_400)).await;
     put_deps(&s, "Old_reader", json!([{"parent": "Template:Aged", "type": "modification", "priority": 10, "parent_selector": ["f1"]}]))
         .await;
     // Rendered in 2000; the fragment it uses changed in 2001, others since.
@@ -256,7 +256,7 @@ async fn change_retention_forgets_old_fragments_but_not_their_staleness(engine: 
 /// Item 4: concurrent writes of one page leave one edge per (parent, type),
 /// the same in both directions, with no janitor.
 async fn concurrent_writes_of_one_page_never_interleave(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     for round in 0..10 {
         let child = format!("Racer_{round}");
         let writes = (1..=8).map(|p| {
@@ -296,7 +296,7 @@ async fn concurrent_writes_of_one_page_never_interleave(engine: Engine) {
 /// Item 5: an emptied template's listing reads a bounded number of empty
 /// partitions a page, and the janitor's graph task prunes them.
 async fn an_emptied_template_is_pruned_and_its_listing_bounded(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     // One page moving through 300 priorities leaves 300 directory entries.
     for p in 0..300 {
         put_deps(&s, "Mover", json!([{"parent": "Template:Emptied", "type": "modification", "priority": p}])).await;
@@ -322,7 +322,7 @@ async fn an_emptied_template_is_pruned_and_its_listing_bounded(engine: Engine) {
 /// its last row; the janitor's task repairs every one-sided edge.
 async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
     const PARENTS: usize = 1_000;
-    let (s, _guard) = common::preloaded(engine, &[], |graph| async move {
+    let (s, _guard) = common::preloaded(engine, |graph| async move {
         let edges: Vec<_> = (0..PARENTS)
             .map(|i| {
                 let edge = Edge {
@@ -375,7 +375,7 @@ async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
 
 /// Item 7: a title in NFD and its NFC form are one page, in every direction.
 async fn decomposed_titles_are_their_composed_page(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let nfd_child = "Cafe\u{301}";
     let nfd_parent = "Template:Cre\u{300}me";
     put_deps(&s, &urlencode(nfd_child), json!([{"parent": nfd_parent, "type": "modification", "priority": 100}])).await;

@@ -130,18 +130,15 @@ async fn main() {
     drop(store);
 
     // 2. current-store on that storage.
-    let grace = GRACE_SECS.to_string();
-    let service = match &cassandra {
-        None => revstore_test_service::start_in::<CurrentStore>(dir.path(), TOKEN, &["--grace-ttl", &grace, "--clock-skew", "0"]).await,
-        Some(node) => {
-            revstore_test_service::start_in::<CurrentStore>(
-                dir.path(),
-                TOKEN,
-                &["--cassandra", node, "--keyspace", &keyspace, "--grace-ttl", &grace, "--clock-skew", "0"],
-            )
-            .await
+    let settings = revstore_test_service::TestSettings::<CurrentStore>::new(TOKEN).with(|s| {
+        s.own.grace_ttl = Duration::from_secs(GRACE_SECS);
+        s.own.clock_skew = Duration::ZERO;
+        if let Some(node) = &cassandra {
+            s.common.storage.cassandra = vec![node.clone()];
+            s.common.storage.keyspace = keyspace.clone();
         }
-    };
+    });
+    let service = revstore_test_service::start_in(dir.path(), settings).await;
     let base = service.url("");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).unwrap();

@@ -20,7 +20,7 @@ use revstore_schema::tables::dependency_graph::DEPENDENTS;
 use revstore_schema::tables::janitor::CHECKPOINTS;
 use revstore_storage::testing::TestKeyspace;
 use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, Store, Upsert, Value};
-use revstore_test_service::{Engine, Service, start_with_store};
+use revstore_test_service::{Engine, Service, TestSettings, start_with_store};
 use serde_json::{Value as Json, json};
 
 const TOKEN: &str = "janitor-test-token-0123456789";
@@ -76,27 +76,16 @@ async fn system(engine: Engine) -> System {
     let rotating = format!("# rotating: the next token below\n{TOKEN}\njanitor-next-token-0123456789\n");
     std::io::Write::write_all(&mut token_file, rotating.as_bytes()).expect("token");
     let token_path = token_file.path().to_str().expect("utf-8").to_owned();
-    let old = start_with_store::<OldStore>(stores[1].clone(), TOKEN, &[]).await;
-    let graph = start_with_store::<DependencyGraph>(stores[2].clone(), TOKEN, &[]).await;
-    let grace = GRACE_SECS.to_string();
-    let (old_url, graph_url) = (old.url(""), graph.url(""));
-    let current = start_with_store::<CurrentStore>(
-        stores[0].clone(),
-        TOKEN,
-        &[
-            "--grace-ttl",
-            &grace,
-            "--clock-skew",
-            "0",
-            "--old-store-url",
-            &old_url,
-            "--graph-url",
-            &graph_url,
-            "--peer-token-file",
-            &token_path,
-        ],
-    )
-    .await;
+    let old = start_with_store(stores[1].clone(), TestSettings::<OldStore>::new(TOKEN)).await;
+    let graph = start_with_store(stores[2].clone(), TestSettings::<DependencyGraph>::new(TOKEN)).await;
+    let current_settings = TestSettings::<CurrentStore>::new(TOKEN).with(|s| {
+        s.own.grace_ttl = Duration::from_secs(GRACE_SECS);
+        s.own.clock_skew = Duration::ZERO;
+        s.own.old_store_url = Some(old.url(""));
+        s.own.graph_url = Some(graph.url(""));
+        s.own.peer_token_file = Some(token_path.clone().into());
+    });
+    let current = start_with_store(stores[0].clone(), current_settings).await;
     System {
         engine,
         clock,
@@ -410,9 +399,9 @@ async fn services_sharing_one_keyspace_resume_their_own_sweeps(engine: Engine) {
         }
     };
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let old = start_with_store::<OldStore>(store.clone(), TOKEN, &[]).await;
-    let graph = start_with_store::<DependencyGraph>(store.clone(), TOKEN, &[]).await;
-    let current = start_with_store::<CurrentStore>(store.clone(), TOKEN, &[]).await;
+    let old = start_with_store(store.clone(), TestSettings::<OldStore>::new(TOKEN)).await;
+    let graph = start_with_store(store.clone(), TestSettings::<DependencyGraph>::new(TOKEN)).await;
+    let current = start_with_store(store.clone(), TestSettings::<CurrentStore>::new(TOKEN)).await;
     let http = reqwest::Client::new();
     let generator = TidGenerator::new();
     for t in 0..12 {

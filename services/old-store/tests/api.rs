@@ -36,7 +36,7 @@ async fn problem(r: reqwest::Response, status: u16) -> Value {
 }
 
 async fn a_render_is_archived_once_and_read_in_every_part(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = &revstore_testdata::anarchism_html()[0];
     let tid = Tid::now();
     let created = put(&s, "Anarchism", 18201, tid, &render(html, 1)).await;
@@ -75,7 +75,11 @@ async fn a_render_is_archived_once_and_read_in_every_part(engine: Engine) {
 
 async fn a_whole_history_lists_streams_and_reads_back_identical(engine: Engine) {
     // Small blocks: the history spans several blocks, sealed and open.
-    let s = start_on(engine, &["--block-max-revisions", "30", "--settle-secs", "1"]).await;
+    let s = start_on(engine, |s| {
+        s.own.limits.max_revisions = 30;
+        s.own.settle = std::time::Duration::from_secs(1);
+    })
+    .await;
     let html = revstore_testdata::anarchism_html();
     let tids: Vec<Tid> = html.iter().map(|_| Tid::now()).collect();
     for (i, h) in html.iter().enumerate() {
@@ -137,7 +141,7 @@ async fn a_whole_history_lists_streams_and_reads_back_identical(engine: Engine) 
 }
 
 async fn one_render_per_interval_when_so_configured(engine: Engine) {
-    let s = start_on(engine, &["--archive-policy", "one-per:3600"]).await;
+    let s = start_on(engine, |s| s.own.archive_policy = "one-per:3600".parse().expect("a policy")).await;
     let body = json!({ "wikitext": "x" });
     assert_eq!(put(&s, "Busy", 1, Tid::now(), &body).await.status(), 201);
     let second = put(&s, "Busy", 2, Tid::now(), &body).await;
@@ -147,7 +151,7 @@ async fn one_render_per_interval_when_so_configured(engine: Engine) {
 }
 
 async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let tid = Tid::now();
     let ok = json!({ "html": "<p>x</p>" });
     let send = |path: String, body: Vec<u8>| {
@@ -181,7 +185,7 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
     problem(unauthenticated, 401).await;
     // A body over the limit, small enough to be sent whole before the early 413
     // (a multi-megabyte one races the server closing the connection).
-    let small = start_on(engine, &["--body-limit-bytes", "200000"]).await;
+    let small = start_on(engine, |s| s.common.body_limit_bytes = 200_000).await;
     let r = put(&small, "T", 1, tid, &json!({ "html": "x".repeat(300_000) })).await;
     problem(r, 413).await;
     let listed: Value = get(&s, "revisions/T").await.json().await.expect("json");
@@ -198,7 +202,7 @@ fn uuid_v4() -> String {
 }
 
 async fn a_suppressed_revision_is_never_served(engine: Engine) {
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let html = revstore_testdata::anarchism_html();
     for i in 0..3u64 {
         assert_eq!(put(&s, "Hidden", 1 + i, Tid::now(), &json!({ "html": html[i as usize] })).await.status(), 201);
@@ -224,7 +228,7 @@ async fn a_suppressed_revision_is_never_served(engine: Engine) {
 
 async fn the_openapi_document_covers_the_contract(engine: Engine) {
     use http::Method;
-    let s = start_on(engine, &[]).await;
+    let s = start_on(engine, |_| {}).await;
     let doc: Value = client().get(s.url("/openapi.json")).send().await.expect("send").json().await.expect("json");
     let contract = [
         (Method::PUT, "/{domain}/v1/archive/{title}/{rev}/{tid}"),
@@ -246,17 +250,17 @@ async fn a_restarted_old_store_appends_to_its_open_blocks() {
     let dir = tempfile::tempdir().expect("tempdir");
     let html = revstore_testdata::anarchism_html();
     let (first, second) = html.split_at(40);
-    let s = common::start_in(dir.path(), &["--block-max-revisions", "25"]).await;
+    let s = common::start_in(dir.path(), |s| s.own.limits.max_revisions = 25).await;
     for (i, h) in first.iter().enumerate() {
         assert_eq!(put(&s, "Anarchism", 1 + i as u64, Tid::now(), &json!({ "html": h })).await.status(), 201);
     }
     s.stop().await;
-    let s = common::start_in(dir.path(), &["--block-max-revisions", "25"]).await;
+    let s = common::start_in(dir.path(), |s| s.own.limits.max_revisions = 25).await;
     for (i, h) in second.iter().enumerate() {
         assert_eq!(put(&s, "Anarchism", 41 + i as u64, Tid::now(), &json!({ "html": h })).await.status(), 201);
     }
     s.stop().await;
-    let s = common::start_in(dir.path(), &[]).await;
+    let s = common::start_in(dir.path(), |_| {}).await;
     let streamed = get(&s, "history/Anarchism").await.text().await.expect("body");
     let lines: Vec<Value> = streamed.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(lines.len(), html.len());
@@ -278,7 +282,7 @@ revstore_test_service::on_both_engines!(
 /// found undocumented problem answers and no security scheme).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_is_documented() {
-    let s = common::start_on(common::Engine::Embedded, &["--body-limit-bytes", "2000"]).await;
+    let s = common::start_on(common::Engine::Embedded, |s| s.common.body_limit_bytes = 2000).await;
     let doc: serde_json::Value = reqwest::get(s.url("/openapi.json")).await.expect("send").json().await.expect("json");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
     let missing = revstore_test_service::undocumented_answers(&s, common::TOKEN, 2000).await;
@@ -289,7 +293,7 @@ async fn every_answer_is_documented() {
 /// methods (the document is written apart from the router, so they can drift).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_router_and_the_openapi_document_agree() {
-    let s = common::start_on(common::Engine::Embedded, &[]).await;
+    let s = common::start_on(common::Engine::Embedded, |_| {}).await;
     revstore_test_service::assert_router_matches_openapi(&s, common::TOKEN).await;
     // So every route is in the document: each write and admin route answers
     // 401 without a token and 403 with a wrong one.
@@ -301,7 +305,7 @@ async fn the_router_and_the_openapi_document_agree() {
 /// contract check).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_of_a_title_with_nothing_archived_is_empty() {
-    let s = common::start_on(common::Engine::Embedded, &[]).await;
+    let s = common::start_on(common::Engine::Embedded, |_| {}).await;
     let answer = reqwest::get(s.url("/en.wikipedia.org/v1/archive/history/Never_archived")).await.expect("send");
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.text().await.expect("body"), "");

@@ -11,14 +11,18 @@ pub use revstore_test_service::{Engine, Service};
 
 pub const TOKEN: &str = "old-store-test-token";
 
+/// old-store's settings in a test: the test token, the rest as the
+/// binary's without flags, until `change` sets what the test needs.
+pub type Settings = revstore_test_service::TestSettings<OldStore>;
+
 /// Starts old-store on `engine` with a fresh data directory or keyspace.
-pub async fn start_on(engine: Engine, extra: &[&str]) -> Service {
-    revstore_test_service::start_on::<OldStore>(engine, TOKEN, extra).await
+pub async fn start_on(engine: Engine, change: impl FnOnce(&mut Settings)) -> Service {
+    revstore_test_service::start_on(engine, Settings::new(TOKEN).with(change)).await
 }
 
 /// Starts old-store on the embedded engine in `data_dir`.
-pub async fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Service {
-    revstore_test_service::start_in::<OldStore>(data_dir, TOKEN, extra).await
+pub async fn start_in(data_dir: &std::path::Path, change: impl FnOnce(&mut Settings)) -> Service {
+    revstore_test_service::start_in(data_dir, Settings::new(TOKEN).with(change)).await
 }
 
 /// Keeps a test store's data alive, and removes it when dropped.

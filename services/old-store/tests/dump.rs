@@ -85,7 +85,11 @@ async fn blocks_decoded(s: &common::Service) -> u64 {
 
 async fn a_history_dump_holds_every_revision_once_in_order(engine: Engine) {
     let per_block = PER_BLOCK.to_string();
-    let s = start_on(engine, &["--block-max-revisions", &per_block, "--dump-revisions-per-second", "0"]).await;
+    let s = start_on(engine, |s| {
+        s.own.limits.max_revisions = per_block.parse().expect("a count");
+        s.own.dump_revisions_per_second = 0;
+    })
+    .await;
     let (expected, blocks) = wiki(&s).await;
 
     let counting = DUMPING.lock().await;
@@ -134,7 +138,7 @@ async fn a_history_dump_holds_every_revision_once_in_order(engine: Engine) {
 }
 
 async fn bad_dump_requests_are_refused(engine: Engine) {
-    let s = start_on(engine, &["--dump-revisions-per-second", "0"]).await;
+    let s = start_on(engine, |s| s.own.dump_revisions_per_second = 0).await;
     wiki(&s).await;
     let (first, _) = {
         let _dumping = DUMPING.lock().await;
@@ -161,7 +165,11 @@ async fn bad_dump_requests_are_refused(engine: Engine) {
 /// revision archived before the dump began is in it once, and every line is
 /// one whole render (its revision and its content belong together).
 async fn archives_during_a_dump_never_tear_a_line(engine: Engine) {
-    let s = start_on(engine, &["--block-max-revisions", "4", "--dump-revisions-per-second", "100"]).await;
+    let s = start_on(engine, |s| {
+        s.own.limits.max_revisions = 4;
+        s.own.dump_revisions_per_second = 100;
+    })
+    .await;
     let tids = TidGenerator::new();
     for i in 0..8 {
         for rev in 1..=5 {

@@ -15,26 +15,26 @@ use serde_json::json;
 
 const CURRENT_TOKEN: &str = "current-store-test-token";
 
+/// current-store's settings in these tests: its own token.
+fn current_settings() -> revstore_test_service::TestSettings<CurrentStore> {
+    revstore_test_service::TestSettings::new(CURRENT_TOKEN)
+}
+
 /// How long a hand-off may take to show in old-store.
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
-    let old = start_on(engine, &[]).await;
+    let old = start_on(engine, |_| {}).await;
     let peer_token = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(peer_token.path(), common::TOKEN).expect("write token");
-    let current = revstore_test_service::start_on::<CurrentStore>(
+    let current = revstore_test_service::start_on(
         Engine::Embedded,
-        CURRENT_TOKEN,
-        &[
-            "--old-store-url",
-            &old.url(""),
-            "--peer-token-file",
-            peer_token.path().to_str().expect("utf-8"),
-            "--grace-ttl",
-            "1",
-            "--clock-skew",
-            "0",
-        ],
+        current_settings().with(|s| {
+            s.own.old_store_url = Some(old.url(""));
+            s.own.peer_token_file = Some(peer_token.path().to_owned());
+            s.own.grace_ttl = Duration::from_secs(1);
+            s.own.clock_skew = Duration::ZERO;
+        }),
     )
     .await;
     let http = reqwest::Client::new();
@@ -110,8 +110,11 @@ fn peer_token_file() -> tempfile::NamedTempFile {
 
 async fn start_current_in(dir: &std::path::Path, old_store: &common::Service, peer_token: &tempfile::NamedTempFile) -> common::Service {
     let peer = peer_token.path().to_str().expect("utf-8");
-    revstore_test_service::start_in::<CurrentStore>(dir, CURRENT_TOKEN, &["--old-store-url", &old_store.url(""), "--peer-token-file", peer])
-        .await
+    let settings = current_settings().with(|s| {
+        s.own.old_store_url = Some(old_store.url(""));
+        s.own.peer_token_file = Some(peer.into());
+    });
+    revstore_test_service::start_in(dir, settings).await
 }
 
 async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<serde_json::Value> {
@@ -131,7 +134,7 @@ async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<
 async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     let domain = revstore_keys::Domain::parse("en.wikipedia.org").expect("domain");
     let title = |t: &str| revstore_keys::Title::parse(t, Default::default()).expect("title");
-    let strict_old = start_on(Engine::Embedded, &["--body-limit-bytes", "20000"]).await;
+    let strict_old = start_on(Engine::Embedded, |s| s.common.body_limit_bytes = 20_000).await;
     let current_dir = tempfile::tempdir().expect("tempdir");
     // A row no request could queue (its title is a dot segment, which the
     // client refuses to put in a URL), as damage or a bug could leave one, in
@@ -210,7 +213,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
 
     // The operator fixes the receiver (here: an old-store that takes large
     // bodies) and re-drives: `Big` arrives, `..` is refused again and stays aside.
-    let roomy_old = start_on(Engine::Embedded, &[]).await;
+    let roomy_old = start_on(Engine::Embedded, |_| {}).await;
     let current = start_current_in(current_dir.path(), &roomy_old, &peer_token).await;
     let redriven: serde_json::Value = http
         .post(current.url("/admin/outbox/dead-letters/redrive"))
@@ -247,9 +250,9 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
 /// cannot fix it by retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_read_that_old_store_refuses_is_not_found() {
-    let old = start_on(Engine::Embedded, &["--read-tokens", "old-store-read-token-0123"]).await;
+    let old = start_on(Engine::Embedded, |s| s.common.read_tokens = vec![revstore_service::Secret::new("old-store-read-token-0123")]).await;
     let current =
-        revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &["--old-store-url", &old.url("")]).await;
+        revstore_test_service::start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(old.url("")))).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 404);
     let body = answer.text().await.expect("body");
@@ -261,8 +264,8 @@ async fn a_fallback_read_that_old_store_refuses_is_not_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dot_titles_are_refused_at_both_edges() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let old = start_on(Engine::Embedded, &[]).await;
-    let current = revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &[]).await;
+    let old = start_on(Engine::Embedded, |_| {}).await;
+    let current = revstore_test_service::start_on(Engine::Embedded, current_settings()).await;
     let body = r#"{"html":"<p>x</p>","data-parsoid":{},"section-offsets":{}}"#;
     for (service, token, path) in [
         (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E%2E/1"),
@@ -291,7 +294,8 @@ async fn an_unreachable_old_store_is_a_generic_503() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
     drop(closed);
-    let current = revstore_test_service::start_on::<CurrentStore>(Engine::Embedded, CURRENT_TOKEN, &["--old-store-url", &nowhere]).await;
+    let current =
+        revstore_test_service::start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(nowhere.clone()))).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 503);
     let problem: serde_json::Value = answer.json().await.expect("problem");
@@ -312,11 +316,14 @@ async fn a_rotation_token_file_keeps_the_hand_off_flowing() {
     let file = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(file.path(), format!("# rotating: the new token below the old\n{old_token}\n{new_token}\n")).expect("write");
     let tokens = file.path().to_str().expect("utf-8");
-    let old = start_on(Engine::Embedded, &["--write-tokens-file", tokens]).await;
-    let current = revstore_test_service::start_on::<CurrentStore>(
+    let old = start_on(Engine::Embedded, |s| s.common.write_tokens_file = Some(tokens.into())).await;
+    let current = revstore_test_service::start_on(
         Engine::Embedded,
-        CURRENT_TOKEN,
-        &["--old-store-url", &old.url(""), "--peer-token-file", tokens, "--write-tokens-file", tokens],
+        current_settings().with(|s| {
+            s.own.old_store_url = Some(old.url(""));
+            s.own.peer_token_file = Some(tokens.into());
+            s.common.write_tokens_file = Some(tokens.into());
+        }),
     )
     .await;
     let http = reqwest::Client::new();

@@ -18,8 +18,14 @@ const READ_TOKEN: &str = "revstore-dump-read-token-0123";
 
 /// current-store with reads behind a read token, and pages on two domains.
 async fn service_with_pages(engine: Engine, rate: &str) -> revstore_test_service::Service {
-    let s = revstore_test_service::start_on::<CurrentStore>(engine, TOKEN, &["--dump-pages-per-second", rate, "--read-tokens", READ_TOKEN])
-        .await;
+    let s = revstore_test_service::start_on(
+        engine,
+        revstore_test_service::TestSettings::<CurrentStore>::new(TOKEN).with(|s| {
+            s.own.dump_pages_per_second = rate.parse().expect("a rate");
+            s.common.read_tokens = vec![revstore_service::Secret::new(READ_TOKEN)];
+        }),
+    )
+    .await;
     let http = reqwest::Client::new();
     let put = async |domain: &str, title: String| {
         let url = s.url(&format!("/{domain}/v1/page/{title}/1/{}", revstore_keys::Tid::now()));

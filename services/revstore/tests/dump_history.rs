@@ -16,7 +16,12 @@ const AA: &str = "aa.wikipedia.org";
 /// old-store with the sample wiki imported (revisions only), and one
 /// revision of another domain.
 async fn old_store_with_the_sample_wiki(engine: Engine, rate: &str) -> (revstore_test_service::Service, tempfile::NamedTempFile) {
-    let s = revstore_test_service::start_on::<OldStore>(engine, TOKEN, &["--dump-revisions-per-second", rate]).await;
+    let s = revstore_test_service::start_on(
+        engine,
+        revstore_test_service::TestSettings::<OldStore>::new(TOKEN)
+            .with(|s| s.own.dump_revisions_per_second = rate.parse().expect("a rate")),
+    )
+    .await;
     let token = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(token.path(), TOKEN).expect("write token");
     let dump = revstore_testdata::shared_data().join("dumps/aawiki-20260101-pages-meta-history.xml.7z");
