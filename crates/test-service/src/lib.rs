@@ -42,6 +42,60 @@ pub async fn eventually(what: &str, limit: std::time::Duration, mut check: impl 
     }
 }
 
+/// Starts `command` and kills it with SIGKILL once `midway` holds (a
+/// checkpoint kept, a lease taken): the state a crash leaves, reached
+/// however long the machine takes to get there. Fails the test if the
+/// process ends first or `midway` does not hold within `limit`.
+/// [`Midway::kill_9`] delivers the kill, so a test can act on the running
+/// process first (a second run against its lease).
+pub async fn run_until_midway(
+    mut command: std::process::Command,
+    what: &str,
+    limit: std::time::Duration,
+    mut midway: impl AsyncFnMut() -> bool,
+) -> Midway {
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    let started = std::time::Instant::now();
+    while !midway().await {
+        if let Some(status) = child.try_wait().expect("wait") {
+            panic!("{what}: ended ({status}) before it was midway");
+        }
+        if started.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: not midway within {limit:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Midway { child: Some(child) }
+}
+
+/// A process [`run_until_midway`] started and left running; killed when
+/// dropped, so a failing test leaves no process behind.
+#[derive(Debug)]
+pub struct Midway {
+    child: Option<std::process::Child>,
+}
+
+impl Midway {
+    /// SIGKILL, then reaped: nothing of the process's own shutdown runs.
+    pub fn kill_9(mut self) {
+        let mut child = self.child.take().expect("not yet killed");
+        assert!(child.try_wait().expect("wait").is_none(), "the process ended before it was killed");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+}
+
+impl Drop for Midway {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// What a test starts a service of kind `D` with, as values: the settings
 /// its binary has without flags, except the test's write token, port 0 of
 /// the loopback (the address is read back from the listener), no drain delay

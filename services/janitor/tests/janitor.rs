@@ -276,15 +276,11 @@ async fn a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap(eng
             .stderr(std::process::Stdio::piped());
         command
     };
-    let mut first = slow(&[]).spawn().expect("start the first run");
     // Midway: once its first step kept a checkpoint (it holds the lease then),
     // however long the machine took to get it there.
-    let started = std::time::Instant::now();
     let checkpoint = [Value::from("current-store/retention")];
-    while s.current_store.get(&CHECKPOINTS, checkpoint.to_vec(), None).await.expect("checkpoint").is_none() {
-        assert!(started.elapsed() < Duration::from_secs(60), "the first run kept no checkpoint within 60 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let checkpointed = async || s.current_store.get(&CHECKPOINTS, checkpoint.to_vec(), None).await.expect("checkpoint").is_some();
+    let first = revstore_test_service::run_until_midway(slow(&[]), "the first run", Duration::from_secs(60), checkpointed).await;
 
     // A second run while the first holds the lease: exits 75 at once.
     let second = tokio::task::spawn_blocking({
@@ -297,8 +293,7 @@ async fn a_killed_run_resumes_from_its_checkpoint_and_two_runs_never_overlap(eng
     assert!(said["stopped"].as_str().expect("stopped").contains("another janitor run"), "{said}");
 
     // Kill -9 the first midway: its checkpoint stays with current-store.
-    first.kill().expect("kill -9");
-    let _ = first.wait();
+    first.kill_9();
     // Its lease lapses.
     s.pass(LEASE_SECS + 1).await;
 
@@ -349,11 +344,10 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
         async move { reqwest::get(url).await.expect("get").status().as_u16() }
     };
     // The handed ones arrive through the outbox; the lost ones never do.
-    let started = std::time::Instant::now();
-    while reqwest::get(s.old.url(&format!("/{DOMAIN}/v1/archive/html/Handed_2/7"))).await.expect("get").status() != 200 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the handed renders did not reach old-store within 60 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    revstore_test_service::eventually("the handed renders reach old-store", Duration::from_secs(60), async || {
+        reqwest::get(s.old.url(&format!("/{DOMAIN}/v1/archive/html/Handed_2/7"))).await.expect("get").status() == 200
+    })
+    .await;
     assert_eq!(archived("Lost_0".into()).await, 404);
 
     let (code, dry, stderr) = s.janitor(&["--dry-run", "archive"]).await;

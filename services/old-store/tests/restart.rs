@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use process::Running;
 use revstore_keys::Tid;
 use revstore_storage::testing::TestKeyspace;
-use revstore_test_service::Engine;
+use revstore_test_service::{Engine, eventually};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "old-store-restart-token";
@@ -121,16 +121,14 @@ async fn sigterm_stops_a_long_compaction_promptly_and_keeps_its_debt(engine: Eng
     // starts a settle period later, and leaves the queue then.
     let s = storage.start(&["--settle-secs", "1"]);
     s.ready(&http).await;
-    let queued = Instant::now();
-    while admin(&http, &s, false, "/admin/compaction").await["last_sweep"].is_null() {
-        assert!(queued.elapsed() < Duration::from_secs(60), "no sweep at start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let started = Instant::now();
-    while s.metric(&http, "old_store_compactions_pending{service=\"old-store\"}").await > 0.0 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the compaction did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("a sweep at start", Duration::from_secs(60), async || {
+        !admin(&http, &s, false, "/admin/compaction").await["last_sweep"].is_null()
+    })
+    .await;
+    eventually("the compaction starts", Duration::from_secs(60), async || {
+        s.metric(&http, "old_store_compactions_pending{service=\"old-store\"}").await == 0.0
+    })
+    .await;
     let exit = s.terminate();
 
     let s = storage.start(&["--settle-secs", "1"]);

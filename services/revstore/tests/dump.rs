@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use revstore_current_store::CurrentStore;
 use revstore_test_service::Engine;
@@ -120,25 +120,11 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     let s = service_with_pages(engine, "50").await;
     let out = tempfile::tempdir().expect("tempdir");
     let token = token_file(READ_TOKEN);
-    let mut child = dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-every", "5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut command = dump_command(&s, out.path(), token.path(), &["--parallel", "2", "--checkpoint-every", "5"]);
+    command.stdout(Stdio::null()).stderr(Stdio::null());
     let state = out.path().join(format!("{EN}-20261204-current-0-of-2.ndjson.zst.state.json"));
-    let started = Instant::now();
-    loop {
-        let pages =
-            std::fs::read(&state).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).and_then(|v| v["lines"].as_u64());
-        if pages.is_some_and(|p| p >= 10) {
-            break;
-        }
-        assert!(child.try_wait().expect("wait").is_none(), "the dump ended before it was killed");
-        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint within 120 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reap");
+    let checkpointed = async || checkpointed_lines(&state).is_some_and(|pages| pages >= 10);
+    revstore_test_service::run_until_midway(command, "the dump", Duration::from_secs(120), checkpointed).await.kill_9();
     assert!(!out.path().join(format!("{EN}-20261204-current-manifest.json")).exists(), "killed before its end");
 
     let resumed =
@@ -146,6 +132,11 @@ async fn a_killed_dump_resumes_without_duplicates(engine: Engine) {
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     let (titles, _) = read_dump(out.path(), 2);
     every_page_once(&titles);
+}
+
+/// The lines a shard's checkpoint says it has written.
+fn checkpointed_lines(state: &Path) -> Option<u64> {
+    std::fs::read(state).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).and_then(|v| v["lines"].as_u64())
 }
 
 revstore_test_service::on_both_engines!(a_dump_writes_every_page_once_with_a_manifest, a_killed_dump_resumes_without_duplicates);

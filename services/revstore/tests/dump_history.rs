@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use revstore_old_store::OldStore;
 use revstore_test_service::Engine;
@@ -86,25 +86,15 @@ async fn a_killed_history_dump_resumes_without_duplicates(engine: Engine) {
     // Paced by the service, so that the kill lands mid-way (1,307 revisions at 200/s).
     let (s, _token) = old_store_with_the_sample_wiki(engine, "200").await;
     let out = tempfile::tempdir().expect("tempdir");
-    let mut child = dump_command(&s, out.path(), &["--parallel", "2", "--checkpoint-every", "20"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut command = dump_command(&s, out.path(), &["--parallel", "2", "--checkpoint-every", "20"]);
+    command.stdout(Stdio::null()).stderr(Stdio::null());
     let state = out.path().join(format!("{AA}-20260101-history-0-of-2.ndjson.zst.state.json"));
-    let started = Instant::now();
-    loop {
+    let checkpointed = async || {
         let lines =
             std::fs::read(&state).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).and_then(|v| v["lines"].as_u64());
-        if lines.is_some_and(|n| n >= 100) {
-            break;
-        }
-        assert!(child.try_wait().expect("wait").is_none(), "the dump ended before it was killed");
-        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint within 120 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reap");
+        lines.is_some_and(|n| n >= 100)
+    };
+    revstore_test_service::run_until_midway(command, "the history dump", Duration::from_secs(120), checkpointed).await.kill_9();
     let resumed = dump_command(&s, out.path(), &["--parallel", "2", "--checkpoint-every", "20", "--resume"]).output().expect("run");
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     assert_eq!(revisions_once(out.path(), 2).len(), 1307);

@@ -1,33 +1,48 @@
-//! current-store and old-store together, as deployed: the first render of
-//! every revision handed to old-store through current-store's outbox, old
-//! revisions served by current-store from old-store once its grace period is
-//! over, and a suppression reaching old-store.
-
-mod common;
+//! current-store with its peers, as deployed, each service in this process
+//! on a port of its own: the first render of every revision handed to
+//! old-store through current-store's outbox, old revisions served by
+//! current-store from old-store once its grace period is over, a suppression
+//! reaching old-store, hand-offs old-store refuses moved aside; and a new
+//! revision of a template reaching the dependency graph as a change notice,
+//! so that a page using the template finds it in its pull check.
 
 use std::time::Duration;
 
-use common::{Engine, start_on};
 use revstore_current_store::CurrentStore;
+use revstore_dependency_graph::DependencyGraph;
 use revstore_keys::Tid;
-use revstore_test_service::eventually;
-use serde_json::json;
+use revstore_old_store::OldStore;
+use revstore_test_service::{Engine, Service, TestSettings, eventually, start_on};
+use serde_json::{Value, json};
 
 const CURRENT_TOKEN: &str = "current-store-test-token";
+const OLD_TOKEN: &str = "old-store-test-token";
+const GRAPH_TOKEN: &str = "dependency-graph-test-token";
 
 /// current-store's settings in these tests: its own token.
-fn current_settings() -> revstore_test_service::TestSettings<CurrentStore> {
-    revstore_test_service::TestSettings::new(CURRENT_TOKEN)
+fn current_settings() -> TestSettings<CurrentStore> {
+    TestSettings::new(CURRENT_TOKEN)
+}
+
+/// Starts old-store on `engine`, with its test token and what `change` sets.
+async fn start_old_store(engine: Engine, change: impl FnOnce(&mut TestSettings<OldStore>)) -> Service {
+    start_on(engine, TestSettings::new(OLD_TOKEN).with(change)).await
+}
+
+/// A file holding `token`, as a peer token file is mounted.
+fn token_file(token: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(file.path(), token).expect("write token");
+    file
 }
 
 /// How long a hand-off may take to show in old-store.
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
-    let old = start_on(engine, |_| {}).await;
-    let peer_token = tempfile::NamedTempFile::new().expect("token file");
-    std::fs::write(peer_token.path(), common::TOKEN).expect("write token");
-    let current = revstore_test_service::start_on(
+    let old = start_old_store(engine, |_| {}).await;
+    let peer_token = token_file(OLD_TOKEN);
+    let current = start_on(
         Engine::Embedded,
         current_settings().with(|s| {
             s.own.old_store_url = Some(old.url(""));
@@ -102,13 +117,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
 
 revstore_test_service::on_both_engines!(renders_flow_from_current_store_to_old_store_and_back);
 
-fn peer_token_file() -> tempfile::NamedTempFile {
-    let file = tempfile::NamedTempFile::new().expect("token file");
-    std::fs::write(file.path(), common::TOKEN).expect("write token");
-    file
-}
-
-async fn start_current_in(dir: &std::path::Path, old_store: &common::Service, peer_token: &tempfile::NamedTempFile) -> common::Service {
+async fn start_current_in(dir: &std::path::Path, old_store: &Service, peer_token: &tempfile::NamedTempFile) -> Service {
     let peer = peer_token.path().to_str().expect("utf-8");
     let settings = current_settings().with(|s| {
         s.own.old_store_url = Some(old_store.url(""));
@@ -117,7 +126,7 @@ async fn start_current_in(dir: &std::path::Path, old_store: &common::Service, pe
     revstore_test_service::start_in(dir, settings).await
 }
 
-async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<serde_json::Value> {
+async fn dead_letters(http: &reqwest::Client, current: &Service) -> Vec<serde_json::Value> {
     let answer = http.get(current.url("/admin/outbox/dead-letters")).bearer_auth(CURRENT_TOKEN).send().await.expect("send");
     assert_eq!(answer.status(), 200);
     let list: serde_json::Value = answer.json().await.expect("json");
@@ -134,7 +143,7 @@ async fn dead_letters(http: &reqwest::Client, current: &common::Service) -> Vec<
 async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     let domain = revstore_keys::Domain::parse("en.wikipedia.org").expect("domain");
     let title = |t: &str| revstore_keys::Title::parse(t, Default::default()).expect("title");
-    let strict_old = start_on(Engine::Embedded, |s| s.common.body_limit_bytes = 20_000).await;
+    let strict_old = start_old_store(Engine::Embedded, |s| s.common.body_limit_bytes = 20_000).await;
     let current_dir = tempfile::tempdir().expect("tempdir");
     // A row no request could queue (its title is a dot segment, which the
     // client refuses to put in a URL), as damage or a bug could leave one, in
@@ -167,7 +176,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
             .await
             .expect("queue the row");
     }
-    let peer_token = peer_token_file();
+    let peer_token = token_file(OLD_TOKEN);
     let current = start_current_in(current_dir.path(), &strict_old, &peer_token).await;
     let http = reqwest::Client::new();
     let put = async |title: &str, rev: u64, html: String| {
@@ -213,7 +222,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
 
     // The operator fixes the receiver (here: an old-store that takes large
     // bodies) and re-drives: `Big` arrives, `..` is refused again and stays aside.
-    let roomy_old = start_on(Engine::Embedded, |_| {}).await;
+    let roomy_old = start_old_store(Engine::Embedded, |_| {}).await;
     let current = start_current_in(current_dir.path(), &roomy_old, &peer_token).await;
     let redriven: serde_json::Value = http
         .post(current.url("/admin/outbox/dead-letters/redrive"))
@@ -250,9 +259,10 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
 /// cannot fix it by retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_read_that_old_store_refuses_is_not_found() {
-    let old = start_on(Engine::Embedded, |s| s.common.read_tokens = vec![revstore_service::Secret::new("old-store-read-token-0123")]).await;
-    let current =
-        revstore_test_service::start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(old.url("")))).await;
+    let old =
+        start_old_store(Engine::Embedded, |s| s.common.read_tokens = vec![revstore_service::Secret::new("old-store-read-token-0123")])
+            .await;
+    let current = start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(old.url("")))).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 404);
     let body = answer.text().await.expect("body");
@@ -264,14 +274,14 @@ async fn a_fallback_read_that_old_store_refuses_is_not_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dot_titles_are_refused_at_both_edges() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let old = start_on(Engine::Embedded, |_| {}).await;
-    let current = revstore_test_service::start_on(Engine::Embedded, current_settings()).await;
+    let old = start_old_store(Engine::Embedded, |_| {}).await;
+    let current = start_on(Engine::Embedded, current_settings()).await;
     let body = r#"{"html":"<p>x</p>","data-parsoid":{},"section-offsets":{}}"#;
     for (service, token, path) in [
         (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E%2E/1"),
         (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/%2E/1"),
         (&current, CURRENT_TOKEN, "/en.wikipedia.org/v1/page/Foo%2F..%2FBar/1"),
-        (&old, common::TOKEN, &format!("/en.wikipedia.org/v1/archive/%2E%2E/1/{}", Tid::now())),
+        (&old, OLD_TOKEN, &format!("/en.wikipedia.org/v1/archive/%2E%2E/1/{}", Tid::now())),
     ] {
         let method = if path.contains("/archive/") { "PUT" } else { "POST" };
         let mut stream = tokio::net::TcpStream::connect(service.addr).await.expect("connect");
@@ -294,8 +304,7 @@ async fn an_unreachable_old_store_is_a_generic_503() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
     drop(closed);
-    let current =
-        revstore_test_service::start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(nowhere.clone()))).await;
+    let current = start_on(Engine::Embedded, current_settings().with(|s| s.own.old_store_url = Some(nowhere.clone()))).await;
     let answer = reqwest::get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/5")).await.expect("send");
     assert_eq!(answer.status(), 503);
     let problem: serde_json::Value = answer.json().await.expect("problem");
@@ -316,8 +325,8 @@ async fn a_rotation_token_file_keeps_the_hand_off_flowing() {
     let file = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(file.path(), format!("# rotating: the new token below the old\n{old_token}\n{new_token}\n")).expect("write");
     let tokens = file.path().to_str().expect("utf-8");
-    let old = start_on(Engine::Embedded, |s| s.common.write_tokens_file = Some(tokens.into())).await;
-    let current = revstore_test_service::start_on(
+    let old = start_old_store(Engine::Embedded, |s| s.common.write_tokens_file = Some(tokens.into())).await;
+    let current = start_on(
         Engine::Embedded,
         current_settings().with(|s| {
             s.own.old_store_url = Some(old.url(""));
@@ -349,4 +358,42 @@ async fn a_rotation_token_file_keeps_the_hand_off_flowing() {
             .expect("send");
         assert!(direct.status().is_success(), "old-store accepts each token of the file: {}", direct.status());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_edit_in_current_store_makes_its_users_pending() {
+    let graph = start_on(Engine::Embedded, TestSettings::<DependencyGraph>::new(GRAPH_TOKEN)).await;
+    let peer_token = token_file(GRAPH_TOKEN);
+    let current = start_on(
+        Engine::Embedded,
+        current_settings().with(|s| {
+            s.own.graph_url = Some(graph.url(""));
+            s.own.notify_graph = true;
+            s.own.peer_token_file = Some(peer_token.path().to_owned());
+        }),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    // Main_Page uses the template, and was rendered before the edit.
+    let edges = json!({"edges": [{"parent": "Template:Welcome", "type": "modification", "priority": 10}]});
+    let r = http.put(graph.url("/en.wikipedia.org/v1/deps/Main_Page")).bearer_auth(GRAPH_TOKEN).json(&edges).send().await.expect("send");
+    assert_eq!(r.status(), 200);
+    let pending = || async {
+        let r = http.get(graph.url("/en.wikipedia.org/v1/pending/Main_Page")).send().await.expect("send");
+        r.json::<Value>().await.expect("json")
+    };
+    assert_eq!(pending().await["needs_update"], false);
+    // The template gets a new revision in current-store.
+    let body = json!({"html": "<p>Welcome!</p>", "data-parsoid": {}, "section-offsets": {}});
+    let r = http
+        .put(current.url(&format!("/en.wikipedia.org/v1/page/Template:Welcome/7/{}", Tid::now())))
+        .bearer_auth(CURRENT_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 201);
+    // The notice travels through the outbox; then the page is pending.
+    eventually("the change reaches the graph", Duration::from_secs(60), async || pending().await["needs_update"] == true).await;
+    assert_eq!(pending().await["items"][0]["parent"], "Template:Welcome");
 }
