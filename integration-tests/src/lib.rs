@@ -73,21 +73,6 @@ fn uuid_like() -> String {
     format!("{:x}{:x}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
 }
 
-/// The address a service process listens on, from its start-up log line
-/// (`listening`, which `RUST_LOG` lets through for the launch module): the
-/// process binds port 0 itself, so no other process can take the port
-/// between a test picking it and the service binding it.
-fn listening_address(log: &str) -> Option<SocketAddr> {
-    log.lines().filter(|l| l.contains("\"listening\"")).find_map(|l| {
-        let at = l.find("\"address\":\"")? + "\"address\":\"".len();
-        l[at..].split('"').next()?.parse().ok()
-    })
-}
-
-/// The log filter of the service processes: warnings, and the launch
-/// module's start-up lines (the address a process listens on).
-const PROCESS_LOG_FILTER: &str = "warn,revstore_service::launch=info";
-
 /// One service binary, started and stopped as a process; its data and port
 /// stay the same across restarts (the first start takes a free port, and
 /// later ones ask for it again).
@@ -144,7 +129,7 @@ impl ServiceProcess {
         self.child = Some(child);
         let started = Instant::now();
         while self.port == 0 {
-            match listening_address(&std::fs::read_to_string(&self.log).unwrap_or_default()) {
+            match revstore_bench::listening_address(&std::fs::read_to_string(&self.log).unwrap_or_default(), self.name) {
                 Some(address) => self.port = address.port(),
                 None => {
                     if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -276,7 +261,7 @@ impl System {
                 keyspaces.push(keyspace);
             }
             args.extend(extra);
-            let mut env = vec![("RUST_LOG".to_owned(), PROCESS_LOG_FILTER.to_owned())];
+            let mut env = vec![("RUST_LOG".to_owned(), revstore_bench::SERVICE_LOG_FILTER.to_owned())];
             if let Some(endpoint) = &options.otlp_endpoint {
                 env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.clone()));
                 // Spans leave within a fifth of a second instead of five.

@@ -9,10 +9,17 @@
 //!   shows), and closed-loop load from a number of workers.
 //! - [`procfs`]: a process's resident memory, high-water mark, CPU seconds,
 //!   from `/proc`, and a sampler of its peak.
-//! - [`Process`]: a child process stopped with SIGTERM when dropped.
+//! - [`chart`]: the SVG pictures in BENCHMARKS.md, drawn by the benches.
+//! - [`Process`]: a child process stopped with SIGTERM when dropped;
+//!   [`start_service`] starts a service binary on a port it picks itself and
+//!   reads the address back from its log.
+
+pub mod chart;
 
 use std::future::Future;
-use std::process::Child;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -221,8 +228,10 @@ pub mod procfs {
     }
 }
 
-/// A child process the bench started: SIGTERM and a wait when dropped, so a
-/// bench that panics leaves no service behind.
+/// A child process the bench started: SIGTERM when dropped, so that it drains
+/// and exits as in production (and an allocator asked for statistics prints
+/// them), SIGKILL if it has not exited 30 s later; a bench that panics leaves
+/// no service behind.
 #[derive(Debug)]
 pub struct Process(pub Child);
 
@@ -235,8 +244,73 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The log filter of a service [`start_service`] starts: warnings, and the
+/// launch module's start-up lines (where each service listens).
+pub const SERVICE_LOG_FILTER: &str = "warn,revstore_service::launch=info";
+
+/// Where `service` listens, from its `listening` start-up line in `log`.
+/// A process told to listen on port 0 binds a free port itself, so no other
+/// process can take the port between a bench picking it and the service
+/// binding it.
+pub fn listening_address(log: &str, service: &str) -> Option<SocketAddr> {
+    let named = format!("\"service\":\"{service}\"");
+    log.lines().filter(|l| l.contains("\"listening\"") && l.contains(&named)).find_map(|l| {
+        let at = l.find("\"address\":\"")? + "\"address\":\"".len();
+        l[at..].split('"').next()?.parse().ok()
+    })
+}
+
+/// Starts a service binary with `command` (its `RUST_LOG`, warnings if it
+/// sets none), which asks for port 0 (`--listen
+/// 127.0.0.1:0`; `revstore up`: `--current-store-port 0` and the others), its
+/// log in `log`, and waits until each of `services` has said where it listens
+/// and answers `/readyz`. Returns the process and the services' addresses, in
+/// the order asked.
+pub async fn start_service(mut command: Command, log: &Path, services: &[&str]) -> (Process, Vec<SocketAddr>) {
+    let file = std::fs::File::create(log).expect("the service's log file");
+    // The launch module's start-up lines are what say where it listens,
+    // whatever else the command asks its log for.
+    let asked = command.get_envs().find(|(k, _)| *k == "RUST_LOG").and_then(|(_, v)| v).map(|v| v.to_string_lossy().into_owned());
+    command.env("RUST_LOG", asked.map_or(SERVICE_LOG_FILTER.to_owned(), |filter| format!("{filter},revstore_service::launch=info")));
+    let child = command.stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().expect("start the service");
+    let mut process = Process(child);
+    let started = Instant::now();
+    let tail = || std::fs::read_to_string(log).unwrap_or_default().lines().rev().take(20).collect::<Vec<_>>().join("\n");
+    let addresses = loop {
+        let written = std::fs::read_to_string(log).unwrap_or_default();
+        let found: Option<Vec<SocketAddr>> = services.iter().map(|s| listening_address(&written, s)).collect();
+        if let Some(found) = found {
+            break found;
+        }
+        if let Some(status) = process.0.try_wait().expect("wait") {
+            panic!("the service exited ({status}) before it listened:\n{}", tail());
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "not listening within 120 s:\n{}", tail());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let http = reqwest::Client::new();
+    for address in &addresses {
+        while !http.get(format!("http://{address}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+            if let Some(status) = process.0.try_wait().expect("wait") {
+                panic!("the service exited ({status}) before it was ready:\n{}", tail());
+            }
+            assert!(started.elapsed() < Duration::from_secs(180), "{address} not ready within 180 s:\n{}", tail());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    (process, addresses)
 }
 
 #[cfg(test)]
@@ -252,6 +326,19 @@ mod tests {
         let mut samples: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         assert_eq!(percentile(&mut samples, 0.99), 99.0);
         assert_eq!(percentile(&mut samples, 0.5), 50.0);
+    }
+
+    #[test]
+    fn a_listening_address_is_read_from_its_own_services_line() {
+        let log = concat!(
+            r#"{"fields":{"message":"listening","service":"old-store","address":"127.0.0.1:37353"}}"#,
+            "\n",
+            r#"{"fields":{"message":"listening","service":"current-store","address":"127.0.0.1:37427"}}"#,
+            "\n",
+        );
+        assert_eq!(listening_address(log, "current-store"), Some(SocketAddr::from(([127, 0, 0, 1], 37427))));
+        assert_eq!(listening_address(log, "old-store"), Some(SocketAddr::from(([127, 0, 0, 1], 37353))));
+        assert_eq!(listening_address(log, "dependency-graph"), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! cargo bench -p revstore-dependency-graph --bench graph -- --dependents 10000000 # the 10-million walk
 //! cargo bench -p revstore-dependency-graph --bench graph -- --cassandra 127.0.0.1:9042 --dependents 10000000
 //! ```
+//! `--chart SVG` draws the walks' pace along their length.
 //!
 //! 1. A template with `--dependents` dependents, loaded below the HTTP API
 //!    (bulk writes through `Graph::add_edges`): the fan-out of the real graphs
@@ -30,9 +31,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use revstore_api::ChangeKind;
 use revstore_api::graph::Edge;
@@ -48,46 +49,31 @@ const DOMAIN: &str = "en.wikipedia.org";
 const TEMPLATE: &str = "Template:Citation_needed";
 
 struct Service {
-    child: Child,
+    process: revstore_bench::Process,
+    /// The service's log.
+    _log: tempfile::TempDir,
     base: String,
     http: reqwest::Client,
 }
 
 impl Service {
     async fn start(storage: &[String]) -> Service {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_revstore-dependency-graph"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
-            .args(storage)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start revstore-dependency-graph");
-        let base = format!("http://127.0.0.1:{port}");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_revstore-dependency-graph"));
+        command.args(["--listen", "127.0.0.1:0", "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"]).args(storage);
+        let log = tempfile::tempdir().unwrap();
+        let (process, addresses) = revstore_bench::start_service(command, &log.path().join("graph.log"), &["dependency-graph"]).await;
         let http = reqwest::Client::builder().pool_max_idle_per_host(16).build().unwrap();
-        let started = Instant::now();
-        while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            assert!(started.elapsed() < Duration::from_secs(120), "dependency-graph not ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Service { child, base, http }
+        Service { process, _log: log, base: format!("http://{}", addresses[0]), http }
     }
 
     /// The process's peak resident memory, in MB.
     fn peak_rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
+        revstore_bench::procfs::high_water_mb(self.process.pid())
     }
 
-    fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
+    /// SIGTERM, then wait: a clean shutdown.
+    fn stop(self) {
+        drop(self.process);
     }
 }
 
@@ -150,6 +136,7 @@ async fn main() {
     // 2. The walk over HTTP.
     let started = Instant::now();
     let (mut seen, mut cursor, mut pages) = (0usize, None::<String>, 0usize);
+    let mut http_progress = Vec::new();
     loop {
         let mut request = service.http.get(format!("{}/{DOMAIN}/v1/dependents/{TEMPLATE}", service.base)).query(&[("limit", "10000")]);
         if let Some(c) = &cursor {
@@ -158,6 +145,7 @@ async fn main() {
         let page: Value = request.send().await.unwrap().json().await.unwrap();
         seen += page["items"].as_array().unwrap().len();
         pages += 1;
+        http_progress.push((seen, started.elapsed().as_secs_f64()));
         match page["next"].as_str() {
             Some(next) => cursor = Some(next.to_owned()),
             None => break,
@@ -361,10 +349,12 @@ async fn main() {
     let template = title(TEMPLATE);
     let started = Instant::now();
     let (mut seen, mut cursor) = (0usize, None::<String>);
+    let mut in_process_progress = Vec::new();
     loop {
         let query = DependentsQuery { kind: ChangeKind::Modification, min_priority: 0, max_priority: 1000, limit: 10_000, cursor };
         let page = graph.dependents(&domain, &template, query).await.unwrap();
         seen += page.items.len();
+        in_process_progress.push((seen, started.elapsed().as_secs_f64()));
         match page.next {
             Some(next) => cursor = Some(next),
             None => break,
@@ -375,6 +365,37 @@ async fn main() {
     if let Some(node) = &cassandra {
         println!("(keyspace {keyspace} on {node} kept for nodetool; drop it when done)");
     }
+    if let Some(path) = arg("--chart") {
+        let chart = revstore_bench::chart::LineChart {
+            title: format!("Walking {dependents} dependents of one template, {engine}, pages of 10,000"),
+            x_label: "dependents walked (millions)".into(),
+            y_label: "edges/s over each twentieth (thousands)".into(),
+            log_y: false,
+            series: vec![
+                revstore_bench::chart::Series::new("over HTTP (GET /dependents)", walk_rates(&http_progress, 20)),
+                revstore_bench::chart::Series::new("in-process (Graph::dependents)", walk_rates(&in_process_progress, 20)),
+            ],
+        };
+        chart.write(std::path::Path::new(&path)).expect("write the chart");
+        println!("chart: {path}");
+    }
+}
+
+/// A walk's pace along its length: `progress` holds (edges seen, seconds)
+/// after each page; the walk cut into `segments` equal runs of pages, each
+/// drawn at its end (millions of edges) with its rate (thousands of edges/s).
+fn walk_rates(progress: &[(usize, f64)], segments: usize) -> Vec<(f64, f64)> {
+    let per_segment = progress.len().div_ceil(segments).max(1);
+    let mut before = (0usize, 0f64);
+    progress
+        .chunks(per_segment)
+        .filter_map(|chunk| {
+            let &(seen, secs) = chunk.last()?;
+            let rate = (seen - before.0) as f64 / (secs - before.1).max(1e-9);
+            before = (seen, secs);
+            Some((seen as f64 / 1e6, rate / 1e3))
+        })
+        .collect()
 }
 
 /// A title as one path segment.

@@ -1,7 +1,7 @@
 //! What old-store's archive costs on disk *at rest*, against the limit.
 //!
 //! ```text
-//! cargo bench -p revstore-old-store --bench at_rest -- [--revisions 30] [--sections 150] [--copies 20] [--reads 200] [--binary PATH]
+//! cargo bench -p revstore-old-store --bench at_rest -- [--revisions 30] [--sections 150] [--copies 20] [--reads 200] [--binary PATH] [--chart SVG]
 //! ```
 //! For each history: a fresh data directory (its size with the empty schema
 //! noted), the real binary, the revisions written one at a time through the
@@ -143,6 +143,10 @@ async fn main() {
         (0..copies).flat_map(|c| histories.iter().map(move |h| History { title: format!("{}_{c}", h.title), ..h.clone() })).collect();
     cases.push((format!("the three above, {copies} titles each"), many.iter().collect()));
     cases.push((format!("{} ({} sections)", large.name, sections), vec![&large]));
+    // For `--chart`: each case's name on the axis, its bytes on disk and the
+    // zstd --long limit, both as % of raw.
+    let short = ["Anarchism HTML", "Anarchism wikitext", "font-size wikitext", "the three", &format!("the three x{copies}"), "large page"];
+    let mut charted = (Vec::new(), Vec::new(), Vec::new());
     let large_dir = tempfile::tempdir().unwrap();
     for (i, (name, set)) in cases.iter().enumerate() {
         let is_large = i == cases.len() - 1;
@@ -165,6 +169,19 @@ async fn main() {
         if !is_large {
             let _ = std::fs::remove_dir_all(&dir);
         }
+        charted.0.push(short.get(i).map_or(name.clone(), |s| (*s).to_owned()));
+        charted.1.push(100.0 * result.disk as f64 / raw as f64);
+        charted.2.push(100.0 * limit as f64 / raw as f64);
+    }
+    if let Some(path) = arg("--chart") {
+        let chart = revstore_bench::chart::BarChart {
+            title: "old-store at rest against the zstd --long limit".into(),
+            y_label: "% of the raw bytes".into(),
+            categories: charted.0,
+            series: vec![("old-store on disk".into(), charted.1), ("zstd -19 --long=27, whole history".into(), charted.2)],
+        };
+        chart.write(std::path::Path::new(&path)).expect("write the chart");
+        println!("\nchart: {path}");
     }
 
     println!("\n## Random reads of the large page's revisions at rest: {reads} GETs, 2 clients\n");

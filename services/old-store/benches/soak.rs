@@ -26,7 +26,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -39,29 +39,6 @@ use serde_json::json;
 
 const TOKEN: &str = "old-store-soak-token";
 const DOMAIN: &str = "en.wikipedia.org";
-
-struct Service {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Service {
-    /// SIGTERM, so the service drains and exits as in production (and an
-    /// allocator asked for statistics, `MIMALLOC_SHOW_STATS=1`, prints them);
-    /// SIGKILL if it has not exited in 30 s.
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -80,32 +57,28 @@ async fn main() {
         (None, true) => panic!("--up needs --binary, the revstore binary (cargo build --release --bin revstore)"),
     };
     let dir = tempfile::tempdir().unwrap();
-    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let port = free_port();
     let mut command = Command::new(&binary);
     if up {
         assert!(cache_mb.is_none() && service_args.is_empty(), "revstore up takes neither --cache-mb nor --service-args");
         command
             .args(["up", "--data-dir", dir.path().to_str().unwrap(), "--memory-budget-mb", &budget_mb.to_string()])
-            .args(["--old-store-port", &port.to_string(), "--current-store-port", &free_port().to_string()])
-            .args(["--graph-port", &free_port().to_string()])
+            .args(["--old-store-port", "0", "--current-store-port", "0", "--graph-port", "0"])
             .env("REVSTORE_WRITE_TOKENS", TOKEN);
     } else {
         command
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+            .args(["--listen", "127.0.0.1:0", "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
             .args(["--data-dir", dir.path().to_str().unwrap(), "--settle-secs", "2", "--memory-budget-mb", &budget_mb.to_string()])
             .args(cache_mb.map(|mb| vec!["--block-cache-mb".to_owned(), mb.to_string()]).unwrap_or_default())
             .args(&service_args);
     }
-    let child = command.env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start old-store");
-    let service = Service { child, base: format!("http://127.0.0.1:{port}") };
-    let pid = service.child.id();
+    // The service's log (and an allocator's statistics at exit, with
+    // `MIMALLOC_SHOW_STATS=1`) outlives the bench's data directory.
+    let log = std::env::temp_dir().join(format!("revstore-soak-{}.log", std::process::id()));
+    println!("service log: {}", log.display());
+    let (service, addresses) = revstore_bench::start_service(command, &log, &["old-store"]).await;
+    let base = format!("http://{}", addresses[0]);
+    let pid = service.pid();
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
-    let started = Instant::now();
-    while !http.get(format!("{}/readyz", service.base)).send().await.is_ok_and(|r| r.status() == 200) {
-        assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     println!(
         "binary: {binary}\nbudget: {budget_mb} MB, block cache: {cache_mb:?} MB, {service_args:?}, clients: {clients}, minutes: {minutes}"
     );
@@ -126,7 +99,7 @@ async fn main() {
     let mut raw = 0usize;
     for (title, part, history) in &titles {
         for (i, text) in history.iter().enumerate() {
-            let url = format!("{}/{DOMAIN}/v1/archive/{title}/{}/{}", service.base, i + 1, Tid::now());
+            let url = format!("{}/{DOMAIN}/v1/archive/{title}/{}/{}", base, i + 1, Tid::now());
             let r = http.put(url).bearer_auth(TOKEN).json(&body(part, text)).send().await.unwrap();
             assert_eq!(r.status(), 201);
             raw += text.len();
@@ -140,7 +113,7 @@ async fn main() {
     let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (http, base, titles, next_rev, counts) = (http.clone(), service.base.clone(), titles.clone(), next_rev.clone(), counts.clone());
+        let (http, base, titles, next_rev, counts) = (http.clone(), base.clone(), titles.clone(), next_rev.clone(), counts.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < deadline {
                 let (which, dice) = {

@@ -13,7 +13,8 @@ use std::time::Instant;
 use revstore_bench::OpenLoop;
 use revstore_bench::procfs::PeakRss;
 
-use super::{read_latest_html, write_row};
+use super::reads::read_latest_html;
+use super::write_row;
 
 /// What one dump of the whole domain took.
 pub struct Dumped {

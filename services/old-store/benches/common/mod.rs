@@ -3,7 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,9 @@ pub fn binary() -> PathBuf {
 }
 
 pub struct Service {
-    child: Child,
+    process: revstore_bench::Process,
+    /// The service's log.
+    _log: tempfile::TempDir,
     pub base: String,
     pub http: reqwest::Client,
 }
@@ -29,24 +31,15 @@ pub struct Service {
 impl Service {
     /// Starts `binary` on `dir` (settle period 1 s) and waits until it is ready.
     pub async fn start_binary(binary: &Path, dir: &Path, extra: &[&str]) -> Service {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(binary)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
+        let mut command = Command::new(binary);
+        command
+            .args(["--listen", "127.0.0.1:0", "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"])
             .args(["--data-dir", dir.to_str().unwrap(), "--body-limit-bytes", "67108864", "--settle-secs", "1"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start revstore-old-store");
-        let base = format!("http://127.0.0.1:{port}");
+            .args(extra);
+        let log = tempfile::tempdir().unwrap();
+        let (process, addresses) = revstore_bench::start_service(command, &log.path().join("old-store.log"), &["old-store"]).await;
         let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
-        let started = Instant::now();
-        while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
-            assert!(started.elapsed() < Duration::from_secs(60), "old-store not ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Service { child, base, http }
+        Service { process, _log: log, base: format!("http://{}", addresses[0]), http }
     }
 
     /// This build's binary (or `--binary`).
@@ -55,7 +48,7 @@ impl Service {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     pub async fn archive(&self, title: &str, rev: u64, body: &serde_json::Value) {
@@ -114,16 +107,8 @@ impl Service {
     }
 
     /// SIGTERM, then wait: a clean shutdown.
-    pub fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn stop(self) {
+        drop(self.process);
     }
 }
 
