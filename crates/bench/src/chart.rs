@@ -55,6 +55,14 @@ const PALETTE: [RGBColor; 5] = [
 
 type Failure = Box<dyn std::error::Error>;
 
+/// An axis label: at most three decimals, no trailing zeros (`0.3`, not
+/// `0.30000000000000004`; `1500`, not `1500.0`).
+fn tidy(v: &f64) -> String {
+    let fixed = format!("{v:.3}");
+    let trimmed = if fixed.contains('.') { fixed.trim_end_matches('0').trim_end_matches('.') } else { &fixed };
+    if trimmed == "-0" { "0".to_owned() } else { trimmed.to_owned() }
+}
+
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
@@ -96,13 +104,13 @@ impl LineChart {
             let high = (y_high * 1.5).log10().ceil();
             let mut chart = chart.build_cartesian_2d(x_range, (10f64.powf(low)..10f64.powf(high)).log_scale())?;
             let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&self.x_label).y_desc(&self.y_label).x_label_formatter(&|v| format!("{v}")).y_label_formatter(&|v| format!("{v}"));
+            mesh.x_desc(&self.x_label).y_desc(&self.y_label).x_label_formatter(&tidy).y_label_formatter(&tidy);
             mesh.draw()?;
             self.lines(&mut chart)?;
         } else {
             let mut chart = chart.build_cartesian_2d(x_range, 0f64.min(y_low)..y_high * 1.1)?;
             let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&self.x_label).y_desc(&self.y_label).x_label_formatter(&|v| format!("{v}")).y_label_formatter(&|v| format!("{v}"));
+            mesh.x_desc(&self.x_label).y_desc(&self.y_label).x_label_formatter(&tidy).y_label_formatter(&tidy);
             mesh.draw()?;
             self.lines(&mut chart)?;
         }
@@ -146,7 +154,8 @@ impl BarChart {
             let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
             root.fill(&WHITE)?;
             let groups = self.categories.len() as f64;
-            let high = self.series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0, f64::max) * 1.15;
+            // Headroom above the tallest bar for its value and the legend.
+            let high = self.series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0, f64::max) * 1.4;
             let mut chart = ChartBuilder::on(&root)
                 .caption(&self.title, ("sans-serif", 18))
                 .margin(12)
@@ -157,6 +166,7 @@ impl BarChart {
             chart
                 .configure_mesh()
                 .disable_x_mesh()
+                .y_max_light_lines(1)
                 .x_labels(categories.len() * 2 + 1)
                 .x_label_formatter(&|x| {
                     // A label at each group's middle, none between.
@@ -183,7 +193,8 @@ impl BarChart {
                     .label(name.as_str())
                     .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour(s).filled()));
                 chart.draw_series(values.iter().enumerate().map(|(g, &v)| {
-                    Text::new(format!("{v:.2}"), (left(g) + width * 0.1, v + high * 0.01), ("sans-serif", 11).into_font().color(&BLACK))
+                    // The text hangs below its anchor: anchored above the bar.
+                    Text::new(format!("{v:.2}"), (left(g) + width * 0.1, v + high * 0.045), ("sans-serif", 11).into_font().color(&BLACK))
                 }))?;
             }
             chart
@@ -241,6 +252,14 @@ mod tests {
         for text in ["Anarchism", "font-size", "revstore", "zstd --long", "1.87", "1.10"] {
             assert!(svg.contains(text), "{text} missing");
         }
+    }
+
+    #[test]
+    fn axis_labels_are_tidy() {
+        assert_eq!(tidy(&(0.1 + 0.2)), "0.3");
+        assert_eq!(tidy(&1500.0), "1500");
+        assert_eq!(tidy(&0.125), "0.125");
+        assert_eq!(tidy(&-0.0001), "0");
     }
 
     #[test]

@@ -367,7 +367,7 @@ async fn main() {
     }
     if let Some(path) = arg("--chart") {
         let chart = revstore_bench::chart::LineChart {
-            title: format!("Walking {dependents} dependents of one template, {engine}, pages of 10,000"),
+            title: format!("Walking one template's {:.1} million dependents, {engine}, pages of 10,000", dependents as f64 / 1e6),
             x_label: "dependents walked (millions)".into(),
             y_label: "edges/s over each twentieth (thousands)".into(),
             log_y: false,

@@ -162,8 +162,8 @@ async fn main() {
         println!("| {what} | {partitions} | {seconds:.2} | {:.0} | {ratio} |", partitions as f64 / seconds);
     };
     row("audit before (all current-store tables)", &before, "audit");
-    row("retention sweep of `current` (dry run: no purge)", &sweep_only, "retention");
-    row("retention sweep of `current`, and the purge", &retention, "retention");
+    row("retention sweep of `page_renders` (dry run: no purge)", &sweep_only, "retention");
+    row("retention sweep of `page_renders`, and the purge", &retention, "retention");
     row("audit after", &after, "audit");
     println!(
         "\npurged: {}\nper table after: {}\n",
