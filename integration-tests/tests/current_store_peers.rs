@@ -29,6 +29,12 @@ async fn start_old_store(engine: Engine, change: impl FnOnce(&mut TestSettings<O
     start_on(engine, TestSettings::new(OLD_TOKEN).with(change)).await
 }
 
+/// A render of `title` at `rev` written to current-store: the answer's status.
+async fn put_render(http: &reqwest::Client, current: &Service, title: &str, rev: u64, body: &Value) -> u16 {
+    let url = current.url(&format!("/en.wikipedia.org/v1/page/{title}/{rev}/{}", Tid::now()));
+    http.put(url).bearer_auth(CURRENT_TOKEN).json(body).send().await.expect("send").status().as_u16()
+}
+
 /// A file holding `token`, as a peer token file is mounted.
 fn token_file(token: &str) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().expect("token file");
@@ -57,14 +63,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let revs = [18201u64, 19746, 19749, 21111];
     for (i, rev) in revs.iter().enumerate() {
         let body = json!({ "html": html[i], "data-parsoid": { "n": i }, "section-offsets": {} });
-        let r = http
-            .put(current.url(&format!("/en.wikipedia.org/v1/page/Anarchism/{rev}/{}", Tid::now())))
-            .bearer_auth(CURRENT_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("send");
-        assert_eq!(r.status(), 201);
+        assert_eq!(put_render(&http, &current, "Anarchism", *rev, &body).await, 201);
     }
 
     // Every revision reaches old-store, with its content intact.
@@ -84,8 +83,7 @@ async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     // from old-store.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let body = json!({ "html": html[3], "data-parsoid": { "n": 3 }, "section-offsets": {} });
-    let rerender = http.put(current.url(&format!("/en.wikipedia.org/v1/page/Anarchism/21111/{}", Tid::now())));
-    assert_eq!(rerender.bearer_auth(CURRENT_TOKEN).json(&body).send().await.expect("send").status(), 201);
+    assert_eq!(put_render(&http, &current, "Anarchism", 21111, &body).await, 201);
     let old_rev = http.get(current.url("/en.wikipedia.org/v1/page/html/Anarchism/18201")).send().await.expect("send");
     assert_eq!(old_rev.status(), 200);
     assert!(old_rev.headers().get("etag").and_then(|v| v.to_str().ok()).is_some_and(|e| e.starts_with("\"18201/")));
@@ -180,9 +178,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     let current = start_current_in(current_dir.path(), &strict_old, &peer_token).await;
     let http = reqwest::Client::new();
     let put = async |title: &str, rev: u64, html: String| {
-        let body = json!({ "html": html, "data-parsoid": {}, "section-offsets": {} });
-        let url = current.url(&format!("/en.wikipedia.org/v1/page/{title}/{rev}/{}", Tid::now()));
-        http.put(url).bearer_auth(CURRENT_TOKEN).json(&body).send().await.expect("send").status()
+        put_render(&http, &current, title, rev, &json!({ "html": html, "data-parsoid": {}, "section-offsets": {} })).await
     };
     // Larger than old-store's body limit: refused with 413, for good.
     assert_eq!(put("Big", 1, "<p>big</p>".repeat(4000)).await, 201);
@@ -385,14 +381,7 @@ async fn a_template_edit_in_current_store_makes_its_users_pending() {
     assert_eq!(pending().await["needs_update"], false);
     // The template gets a new revision in current-store.
     let body = json!({"html": "<p>Welcome!</p>", "data-parsoid": {}, "section-offsets": {}});
-    let r = http
-        .put(current.url(&format!("/en.wikipedia.org/v1/page/Template:Welcome/7/{}", Tid::now())))
-        .bearer_auth(CURRENT_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status(), 201);
+    assert_eq!(put_render(&http, &current, "Template:Welcome", 7, &body).await, 201);
     // The notice travels through the outbox; then the page is pending.
     eventually("the change reaches the graph", Duration::from_secs(60), async || pending().await["needs_update"] == true).await;
     assert_eq!(pending().await["items"][0]["parent"], "Template:Welcome");

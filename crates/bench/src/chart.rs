@@ -63,6 +63,12 @@ fn tidy(v: &f64) -> String {
     if trimmed == "-0" { "0".to_owned() } else { trimmed.to_owned() }
 }
 
+/// The series' names in a framed box at `position`.
+fn legend<'a, CT: CoordTranslate>(chart: &mut ChartContext<'a, SVGBackend<'a>, CT>, position: SeriesLabelPosition) -> Result<(), Failure> {
+    chart.configure_series_labels().position(position).background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
+    Ok(())
+}
+
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
@@ -130,13 +136,7 @@ impl LineChart {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour(i).stroke_width(2)));
             chart.draw_series(series.points.iter().map(|&p| Circle::new(p, 3, colour(i).filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        Ok(())
+        legend(chart, SeriesLabelPosition::UpperLeft)
     }
 
     /// Writes the chart to `path`.
@@ -197,12 +197,7 @@ impl BarChart {
                     Text::new(format!("{v:.2}"), (left(g) + width * 0.1, v + high * 0.045), ("sans-serif", 11).into_font().color(&BLACK))
                 }))?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()?;
+            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
             root.present()?;
         }
         Ok(out)
