@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use revstore_current_store::CurrentStore;
 use revstore_dependency_graph::DependencyGraph;
 use revstore_keys::Tid;
@@ -159,10 +160,11 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
         let payload = revstore_current_store::StoredParts::encode(&body).handoff_payload();
         store
             .write(
-                revstore_storage::Upsert::new(
-                    &revstore_schema::tables::current_store::OUTBOX,
-                    [revstore_storage::Value::from(shard), revstore_storage::Value::from(Tid::now())],
-                )
+                revstore_storage::Upsert::new(&revstore_schema::tables::current_store::OUTBOX, {
+                    let id = Tid::now();
+                    let minute = revstore_current_store::testing::outbox_minute(id);
+                    [revstore_storage::Value::from(shard), revstore_storage::Value::from(minute), revstore_storage::Value::from(id)]
+                })
                 .set("kind", "archive")
                 .set("domain", "en.wikipedia.org")
                 .set("title", "..")
@@ -385,4 +387,75 @@ async fn a_template_edit_in_current_store_makes_its_users_pending() {
     // The notice travels through the outbox; then the page is pending.
     eventually("the change reaches the graph", Duration::from_secs(60), async || pending().await["needs_update"] == true).await;
     assert_eq!(pending().await["items"][0]["parent"], "Template:Welcome");
+}
+
+/// A setting of the Cassandra node under test, as it reports it.
+async fn node_setting(name: &str) -> String {
+    let keyspace = revstore_storage::testing::TestKeyspace::new("settings");
+    let engine = keyspace.connect().await;
+    let result = engine
+        .session()
+        .query_unpaged("SELECT value FROM system_views.settings WHERE name = ?", (name,))
+        .await
+        .unwrap_or_else(|e| panic!("read the node's {name}: {e}"));
+    let rows = result.into_rows_result().expect("rows");
+    let (value,): (Option<String>,) = rows.single_row().unwrap_or_else(|e| panic!("no setting {name}: {e}"));
+    value.unwrap_or_default()
+}
+
+/// Delivered hand-offs once left a row tombstone each in their shard's
+/// partition, which every later read of the shard stepped over until
+/// gc_grace had passed; past the node's `tombstone_failure_threshold` the read
+/// was aborted and the hand-off stopped for good. More first renders than that
+/// in one shard, on a node whose threshold is scaled down as a year's traffic
+/// would meet it (scripts/test starts it with
+/// REVSTORE_CASSANDRA_THRESHOLD_SCALE=100: 1,000 tombstones), must all reach
+/// old-store, and so must one written after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra with a scaled-down tombstone threshold: run scripts/test"]
+async fn the_hand_off_keeps_flowing_past_the_nodes_tombstone_limit() {
+    let threshold: usize = node_setting("tombstone_failure_threshold").await.parse().expect("a number");
+    assert!(
+        threshold <= 5_000,
+        "the node aborts a read past {threshold} tombstones: start it with REVSTORE_CASSANDRA_THRESHOLD_SCALE=100 \
+         (deploy/cassandra/cassandra-local) so that this test can pass it"
+    );
+    let old = start_old_store(Engine::Cassandra, |_| {}).await;
+    let peer_token = token_file(OLD_TOKEN);
+    let current = start_on(
+        Engine::Cassandra,
+        current_settings().with(|s| {
+            s.own.old_store_url = Some(old.url(""));
+            s.own.peer_token_file = Some(peer_token.path().to_owned());
+        }),
+    )
+    .await;
+    let domain = revstore_keys::Domain::parse("en.wikipedia.org").expect("domain");
+    let in_shard = |t: &String| {
+        let title = revstore_keys::Title::parse(t, Default::default()).expect("title");
+        revstore_current_store::testing::outbox_shard(&domain, &title) == 0
+    };
+    let titles: Vec<String> = (0..).map(|i| format!("Flow_{i}")).filter(in_shard).take(threshold + threshold / 5).collect();
+    let http = reqwest::Client::new();
+    let body = json!({ "html": "<p>a first render</p>", "data-parsoid": {}, "section-offsets": {} });
+    futures_util::stream::iter(&titles)
+        .for_each_concurrent(8, |t| {
+            let (http, current, body) = (&http, &current, &body);
+            async move { assert_eq!(put_render(http, current, t, 1, body).await, 201, "{t}") }
+        })
+        .await;
+    let archived = async |t: &str| {
+        http.get(old.url(&format!("/en.wikipedia.org/v1/archive/html/{t}/1"))).send().await.expect("send").status() == 200
+    };
+    // In queue order: the last queued arrives last.
+    eventually(&format!("the last of {} hand-offs in one shard in old-store", titles.len()), WAIT * 5, async || {
+        archived(titles.last().expect("titles")).await
+    })
+    .await;
+    for t in &titles {
+        assert!(archived(t).await, "{t} never reached old-store");
+    }
+    let after = (0..).map(|i| format!("After_{i}")).find(in_shard).expect("a title");
+    assert_eq!(put_render(&http, &current, &after, 1, &body).await, 201);
+    eventually("a hand-off queued after them in old-store", WAIT, async || archived(&after).await).await;
 }

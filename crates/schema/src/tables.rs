@@ -47,11 +47,15 @@ pub mod current_store {
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
         pub const DATA_PARSOID: &str = "data_parsoid";
+        pub const DELIVERED_THROUGH: &str = "delivered_through";
         pub const DOMAIN: &str = "domain";
+        pub const EXPIRES_AT: &str = "expires_at";
         pub const FAILED_AT: &str = "failed_at";
         pub const HTML: &str = "html";
         pub const ID: &str = "id";
         pub const KIND: &str = "kind";
+        pub const MINUTE: &str = "minute";
+        pub const OWNER: &str = "owner";
         pub const PAYLOAD: &str = "payload";
         pub const REASON: &str = "reason";
         pub const REV: &str = "rev";
@@ -116,10 +120,8 @@ pub mod current_store {
         comment: "suppressed (hidden) revisions per title",
     };
 
-    /// The key and columns of an outbox row, which a dead letter keeps as they were.
-    const OUTBOX_ROW: [C; 9] = [
-        C::partition(col::SHARD, BigInt),
-        C::clustering(col::ID, TimeUuid, Order::Asc),
+    /// The columns of an outbox row after its key, which a dead letter keeps as they were.
+    const OUTBOX_ROW: [C; 7] = [
         C::regular(col::KIND, Text),
         C::regular(col::DOMAIN, Text),
         C::regular(col::TITLE, Text),
@@ -130,10 +132,19 @@ pub mod current_store {
     ];
 
     /// Durable hand-offs (to old-store, to the dependency graph), written in the
-    /// same atomic batch as the render they describe and removed once delivered.
+    /// same atomic batch as the render they describe. A partition holds one
+    /// shard's rows of one minute (the minute of the row's time-UUID id). The
+    /// shard's deliverer reads forward from where it has delivered through
+    /// and deletes a minute's partition whole once every row in it is
+    /// delivered, so no read steps over a deleted row; rows never delivered
+    /// expire after four weeks (old-store may be down for hours, not for a
+    /// month). docs/design/outbox.md says why.
     pub static OUTBOX: TableDef = TableDef {
-        name: "outbox",
+        name: "outbox_by_minute",
         columns: &[
+            C::partition(col::SHARD, BigInt),
+            C::partition(col::MINUTE, BigInt),
+            C::clustering(col::ID, TimeUuid, Order::Asc),
             OUTBOX_ROW[0],
             OUTBOX_ROW[1],
             OUTBOX_ROW[2],
@@ -141,23 +152,41 @@ pub mod current_store {
             OUTBOX_ROW[4],
             OUTBOX_ROW[5],
             OUTBOX_ROW[6],
-            OUTBOX_ROW[7],
-            OUTBOX_ROW[8],
             // The W3C `traceparent` of the write that queued the row, so
             // that its delivery continues that trace.
             C::regular(col::TRACE, Text),
         ],
         default_ttl: Some(4 * WEEK),
+        compaction: Compaction::TimeWindow,
+        comment: "pending deliveries to old-store and the dependency graph, one partition per shard and minute",
+    };
+
+    /// Who delivers each outbox shard, and how far: one row per shard. The
+    /// owner takes the row by a conditional write and renews it before
+    /// `expires_at`; `delivered_through` is the position before which every
+    /// row of the shard has been delivered (or moved to the dead letters),
+    /// where the next owner starts.
+    pub static OUTBOX_SHARDS: TableDef = TableDef {
+        name: "outbox_shards",
+        columns: &[
+            C::partition(col::SHARD, BigInt),
+            C::regular(col::OWNER, Text),
+            C::regular(col::EXPIRES_AT, Timestamp),
+            C::regular(col::DELIVERED_THROUGH, TimeUuid),
+        ],
+        default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "pending deliveries to old-store and the dependency graph",
+        comment: "the deliverer of each outbox shard (a lease) and how far it has delivered",
     };
 
     /// Outbox rows the receiver refused for good (a 4xx that retrying cannot
     /// change): moved here so they stop blocking their shard, kept until an
-    /// operator re-drives or removes them. Same key as the outbox row.
+    /// operator re-drives or removes them, by shard and then by the outbox row's id.
     pub static OUTBOX_DEAD_LETTERS: TableDef = TableDef {
         name: "outbox_dead_letters",
         columns: &[
+            C::partition(col::SHARD, BigInt),
+            C::clustering(col::ID, TimeUuid, Order::Asc),
             OUTBOX_ROW[0],
             OUTBOX_ROW[1],
             OUTBOX_ROW[2],
@@ -165,8 +194,6 @@ pub mod current_store {
             OUTBOX_ROW[4],
             OUTBOX_ROW[5],
             OUTBOX_ROW[6],
-            OUTBOX_ROW[7],
-            OUTBOX_ROW[8],
             C::regular(col::FAILED_AT, Timestamp),
             C::regular(col::STATUS, BigInt),
             C::regular(col::REASON, Text),
@@ -177,7 +204,7 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 5] = [&PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_DEAD_LETTERS];
+    pub static TABLES: [&TableDef; 6] = [&PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_SHARDS, &OUTBOX_DEAD_LETTERS];
 }
 
 /// old-store: multi-revision compression blocks and a metadata table.
@@ -474,12 +501,13 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 18] = [
+pub static ALL_TABLES: [&TableDef; 19] = [
     &meta::SCHEMA_META,
     &current_store::PAGE_RENDERS,
     &current_store::DOMAIN_PAGES,
     &current_store::SUPPRESSED,
     &current_store::OUTBOX,
+    &current_store::OUTBOX_SHARDS,
     &current_store::OUTBOX_DEAD_LETTERS,
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,

@@ -61,6 +61,12 @@ pub trait Worker: Send + 'static {
     /// After an idle step: resolves when there may be work again (a wake-up,
     /// a due time, an interval). The runner cancels it on stop.
     fn wait_for_work(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Once, when stopped from outside: gives back what others could use
+    /// sooner than by waiting for it to lapse (a lease, say).
+    fn stopped(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// The longest pause after failed steps.
@@ -184,6 +190,7 @@ pub async fn run_worker<W: Worker>(mut worker: W, stop: CancellationToken, statu
     }
     // Stopped from outside: the worker's state stays what it was, but it no
     // longer runs.
+    worker.stopped().await;
     status.set_state(WorkerState::Done);
 }
 

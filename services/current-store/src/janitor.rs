@@ -27,7 +27,7 @@ use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
-use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, PAGE_RENDERS, SUPPRESSED, col};
+use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
 use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
 
@@ -53,6 +53,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn S
         AuditedTable::live(&DOMAIN_PAGES),
         AuditedTable::live(&SUPPRESSED),
         AuditedTable::live(&OUTBOX),
+        AuditedTable::live(&OUTBOX_SHARDS),
         AuditedTable::live(&OUTBOX_DEAD_LETTERS),
     ];
     let mut sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(Retention { pages: pages.clone() }), Arc::new(AuditSweep::new(store, audited))];

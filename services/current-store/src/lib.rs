@@ -119,25 +119,38 @@ impl ServiceDefinition for CurrentStore {
         let old_store = client(&args.old_store_url, "--old-store-url")?.map(OldStoreClient::new);
         let graph = client(&args.graph_url, "--graph-url")?.map(GraphClient::new);
         let Context { store, settings } = context;
+        let outbox_margin = args.clock_skew + storage_write_timeout(&settings.storage);
         let pages = pages::Pages {
             store: store.clone(),
             grace: args.grace_ttl,
             clock_skew: args.clock_skew,
-            hand_off: true,
+            // Only what has a receiver is queued: a row nobody can take
+            // would hold its shard up.
+            hand_off: old_store.is_some(),
             notify_graph: args.notify_graph,
         };
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
         if old_store.is_some() || graph.is_some() {
             let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
-            platform.spawn_worker(outbox::Delivery::new(store, receivers));
-        } else {
-            tracing::warn!(service = "current-store", "no --old-store-url: first renders wait in the outbox until one is configured");
+            platform.spawn_worker(outbox::Delivery::new(store, receivers, outbox_margin));
+        }
+        if old_store.is_none() {
+            tracing::warn!(service = "current-store", "no --old-store-url: revisions are not handed to old-store");
         }
         let sweeps = janitor::sweeps(&pages, old_store.clone());
         let dumps = std::sync::Arc::new(revstore_service::dump::DumpPacer::new(args.dump_pages_per_second));
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
+    }
+}
+
+/// The longest a storage write may take before the client gives up on it.
+fn storage_write_timeout(storage: &revstore_storage::StorageSettings) -> Duration {
+    match storage {
+        revstore_storage::StorageSettings::Cassandra(options) => options.request_timeout,
+        // One process writes, in order: nothing is in flight behind it.
+        revstore_storage::StorageSettings::Embedded { .. } => Duration::ZERO,
     }
 }
 

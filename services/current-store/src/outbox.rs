@@ -2,39 +2,67 @@
 //! notices to the dependency graph.
 //!
 //! Rows are written in the same atomic batch as the render they describe, so
-//! nothing acknowledged to a renderer can be lost between the two. This worker
-//! reads each shard oldest first, sends, and deletes a row only once the
-//! receiver has answered with success. Sends are idempotent (old-store's
-//! archive writes are), so a row delivered twice after a crash does no harm.
-//! Rows live four weeks (the table's TTL): old-store may be down for hours,
-//! not for a month.
+//! nothing acknowledged to a renderer can be lost between the two. Sends are
+//! idempotent (old-store's archive writes are; a change notice recorded twice
+//! marks the same pages), so a row sent twice — after a crash, or when
+//! another replica takes a shard over — does no harm.
+//!
+//! # Shards, minutes and two positions
+//! Rows are spread over [`OUTBOX_SHARDS`] shards by page (a page's rows stay
+//! in order), and a shard's rows over partitions of one minute each, by the
+//! minute of the row's time-UUID id. One replica at a time delivers a shard:
+//! the holder of the shard's row in `outbox_shards`, taken by a conditional
+//! write and renewed every [`LEASE_RENEWAL`]. The holder keeps two positions:
+//! - how far it has **read**: each round reads the rows after it, minute by
+//!   minute up to now, and sends them in order, so a render reaches old-store
+//!   within a poll interval;
+//! - how far it has **delivered through**, which trails now by a margin (the
+//!   clock skew allowed between replicas, plus a storage write's timeout): a
+//!   replica whose clock is behind can queue a row whose id the reader has
+//!   already passed, and only within that margin. Each round re-reads the
+//!   ids between the two positions (ids only), sends any it has not sent,
+//!   and moves the position on. It is stored with each renewal; a new holder
+//!   starts there and sends again what was sent since (about a margin's worth).
+//!
+//! Once the delivered-through position has passed a minute, that minute's
+//! partition is deleted whole: one partition tombstone that no later read
+//! touches. (Deleting each row as it was delivered left row tombstones that
+//! every read of the shard stepped over until `gc_grace_seconds` had passed;
+//! past 100,000 of them Cassandra aborts the read, and the hand-off stopped.)
 //!
 //! Failures are of two kinds, and only one may hold a shard up:
 //! - **transient** (no answer, 5xx, 408, 429, and 401/403, which say the
-//!   sender's token is wrong rather than the row): the shard stops for the
-//!   round, keeping its order, and the worker pauses before the next round,
-//!   longer after each failed round, up to a minute, and at least as long as
-//!   a receiver's `Retry-After` asked (an overloaded old-store sheds with 503
-//!   and `Retry-After`; coming back sooner would only be shed again);
+//!   sender's token is wrong rather than the row; and a row whose receiver is
+//!   not configured): the shard stops for the round, keeping its order, and
+//!   the worker pauses before the next round, longer after each failed round,
+//!   up to a minute, and at least as long as a receiver's `Retry-After` asked
+//!   (an overloaded old-store sheds with 503 and `Retry-After`; coming back
+//!   sooner would only be shed again);
 //! - **permanent** (any other 4xx, a path no client may send, a row that
-//!   cannot be read): retrying cannot change the answer, so the row is moved
-//!   to `outbox_dead_letters` in one atomic batch, counted in
-//!   `outbox_dead_letters_total`, logged once, and the shard goes on. An
-//!   operator lists and re-drives dead letters through the admin routes
-//!   ([`dead_letters`], [`redrive`]).
+//!   cannot be read): retrying cannot change the answer, so the row is copied
+//!   to `outbox_dead_letters`, counted in `outbox_dead_letters_total`, logged
+//!   once, and the shard goes on. An operator lists and re-drives dead
+//!   letters through the admin routes ([`dead_letters`], [`redrive`]).
 
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::TryStreamExt;
 use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
 use revstore_keys::Tid;
-use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, col};
+use revstore_keys::time::millis;
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, col};
+use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
-use revstore_storage::{Delete, ReadQuery, Row, Store, StoreError, Upsert, Value, Write};
+use revstore_storage::{Cas, Condition, Delete, ReadQuery, Row, Slice, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
+
+use crate::pages::OUTBOX_SHARDS as SHARDS;
 
 /// Where each kind of outbox row goes.
 #[derive(Debug, Clone)]
@@ -43,9 +71,37 @@ pub struct Receivers {
     pub graph: Option<GraphClient>,
 }
 
+/// Rows read per storage read.
 const BATCH: u32 = 100;
 /// The columns an outbox row and its dead letter share (besides `attempts`).
 const ROW_COLUMNS: [&str; 7] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, col::TID, col::PAYLOAD, col::TRACE];
+
+/// How long a shard's lease lasts unless renewed.
+const LEASE: Duration = Duration::from_secs(30);
+/// How often a holder renews its leases (storing where each shard is
+/// delivered through), and looks for shards nobody holds.
+const LEASE_RENEWAL: Duration = Duration::from_secs(10);
+
+const MINUTE_MICROS: i64 = 60_000_000;
+
+/// The minute (since the Unix epoch) whose outbox partition holds the row with this id.
+pub fn minute_of(id: Tid) -> i64 {
+    id.unix_micros().div_euclid(MINUTE_MICROS)
+}
+
+/// The smallest id of a minute.
+fn minute_start(minute: i64) -> Tid {
+    Tid::min_at(time_of_micros(minute.saturating_mul(MINUTE_MICROS)))
+}
+
+fn time_of_micros(micros: i64) -> SystemTime {
+    if micros >= 0 { UNIX_EPOCH + Duration::from_micros(micros as u64) } else { UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs()) }
+}
+
+/// An outbox row for `shard` with id `id`, its key set (the caller sets the columns).
+pub(crate) fn queued(shard: i64, id: Tid) -> Upsert {
+    Upsert::new(&OUTBOX, [Value::from(shard), Value::from(minute_of(id)), Value::from(id)])
+}
 
 /// Why a delivery failed, and so what happens to the row.
 #[derive(Debug)]
@@ -97,23 +153,174 @@ impl From<StoreError> for ShardFailure {
 /// How long the worker waits before looking at an outbox it found empty.
 const POLL: Duration = Duration::from_millis(500);
 
+/// A shard this replica delivers, and where it is.
+#[derive(Debug)]
+struct HeldShard {
+    /// Until when (store clock, ms) the lease is ours unless renewed.
+    expires_at: i64,
+    /// Every row with an id before this has been delivered (or moved to the
+    /// dead letters). Stored with each renewal of the lease.
+    delivered_through: Tid,
+    /// Where the next read starts.
+    read_from: Bound<Tid>,
+    /// Rows sent at or after `delivered_through`, so that re-reading them sends nothing twice.
+    sent: BTreeSet<Tid>,
+    /// Minutes in which rows were seen, not yet deleted.
+    minutes_seen: BTreeSet<i64>,
+    /// Since when (µs) rows have been waiting, when the last round did not catch up.
+    waiting_since: Option<i64>,
+}
+
+impl HeldShard {
+    fn starting_at(delivered_through: Tid, expires_at: i64) -> HeldShard {
+        HeldShard {
+            expires_at,
+            delivered_through,
+            read_from: Bound::Included(delivered_through),
+            sent: BTreeSet::new(),
+            minutes_seen: BTreeSet::new(),
+            waiting_since: None,
+        }
+    }
+
+    /// The id the next read starts at (inclusive or not).
+    fn read_position(&self) -> Tid {
+        match self.read_from {
+            Bound::Included(t) | Bound::Excluded(t) => t,
+            Bound::Unbounded => self.delivered_through,
+        }
+    }
+}
+
 /// The outbox's delivery, as a background worker: each step is one round
-/// over every shard.
+/// over the shards this replica holds.
 #[derive(Debug)]
 pub struct Delivery {
     store: Store,
     receivers: Receivers,
+    /// This replica, as the holder of a lease: its host name and a random suffix.
+    holder: String,
+    /// How far the delivered-through position trails now.
+    margin: Duration,
+    held: BTreeMap<i64, HeldShard>,
+    /// When (store clock, ms) the leases are next renewed and looked for.
+    next_lease_round: i64,
 }
 
 impl Delivery {
-    pub fn new(store: Store, receivers: Receivers) -> Self {
+    /// `margin`: the clock skew allowed between replicas plus a storage
+    /// write's timeout (see the module's notes).
+    pub fn new(store: Store, receivers: Receivers, margin: Duration) -> Self {
         // Exported from the start, at 0, for the dead-letter alert.
         for kind in ["archive", "change", "suppress"] {
             metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
         }
         metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(0.0);
-        Delivery { store, receivers }
+        metrics::gauge!("outbox_shards_held", "service" => crate::SERVICE).set(0.0);
+        let host = hostname();
+        let holder = format!("{host}/{}", &Uuid::new_v4().simple().to_string()[..8]);
+        Delivery { store, receivers, holder, margin, held: BTreeMap::new(), next_lease_round: i64::MIN }
     }
+
+    /// Renews the leases this replica holds (storing how far each shard is
+    /// delivered), lets go of those it lost, and takes shards nobody holds.
+    async fn tend_leases(&mut self) -> Result<(), StoreError> {
+        let now = millis(self.store.now());
+        let expires_at = now + LEASE.as_millis() as i64;
+        let mut first_error = None;
+        let mut lost = Vec::new();
+        for (&shard, held) in &mut self.held {
+            let renewal = Cas {
+                table: &OUTBOX_SHARDS,
+                partition: vec![Value::from(shard)],
+                clustering: Some(Vec::new()),
+                condition: Condition::Equals(vec![(col::OWNER, Value::from(self.holder.as_str()))]),
+                writes: vec![lease_row(shard, &self.holder, expires_at).set(col::DELIVERED_THROUGH, held.delivered_through).into()],
+            };
+            match self.store.cas(renewal).await {
+                Ok(outcome) if outcome.applied => held.expires_at = expires_at,
+                Ok(_) => lost.push(shard),
+                // Not renewed: delivering on until the lease ends does no harm.
+                Err(e) if held.expires_at > now => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    lost.push(shard);
+                }
+            }
+        }
+        for shard in lost {
+            self.held.remove(&shard);
+            tracing::info!(service = "current-store", shard, "outbox shard lease lost: another replica delivers it");
+        }
+        for shard in 0..SHARDS {
+            if self.held.contains_key(&shard) {
+                continue;
+            }
+            match self.take(shard, now, expires_at).await {
+                Ok(Some(delivered_through)) => {
+                    tracing::info!(service = "current-store", shard, delivered_through = %delivered_through, "outbox shard taken");
+                    self.held.insert(shard, HeldShard::starting_at(delivered_through, expires_at));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        metrics::gauge!("outbox_shards_held", "service" => crate::SERVICE).set(self.held.len() as f64);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes `shard` when nobody holds it (or its lease has lapsed); answers
+    /// where its delivery starts.
+    async fn take(&self, shard: i64, now: i64, expires_at: i64) -> Result<Option<Tid>, StoreError> {
+        let current = self.store.get(&OUTBOX_SHARDS, vec![Value::from(shard)], None).await?;
+        let (condition, delivered_through) = match &current {
+            None => (Condition::NotExists, self.first_position().await?),
+            Some(row) if row.timestamp(col::EXPIRES_AT).unwrap_or(0) <= now => {
+                let through = row.timeuuid(col::DELIVERED_THROUGH).and_then(|id| Tid::from_uuid(id).ok());
+                let through = match through {
+                    Some(through) => through,
+                    None => self.first_position().await?,
+                };
+                let seen = [col::OWNER, col::EXPIRES_AT].map(|c| (c, row.get(c).cloned().unwrap_or(Value::Null)));
+                (Condition::Equals(seen.to_vec()), through)
+            }
+            Some(_) => return Ok(None),
+        };
+        let taking = Cas {
+            table: &OUTBOX_SHARDS,
+            partition: vec![Value::from(shard)],
+            clustering: Some(Vec::new()),
+            condition,
+            writes: vec![lease_row(shard, &self.holder, expires_at).set(col::DELIVERED_THROUGH, delivered_through).into()],
+        };
+        Ok(self.store.cas(taking).await?.applied.then_some(delivered_through))
+    }
+
+    /// Where a shard that has never been delivered starts: when current-store's
+    /// tables were last migrated (no row can be older than its table), less
+    /// the margin.
+    async fn first_position(&self) -> Result<Tid, StoreError> {
+        let schema = self.store.get(&SCHEMA_META, vec![Value::from(crate::SERVICE)], None).await?;
+        let applied_at = schema
+            .and_then(|row| row.timestamp("applied_at"))
+            .ok_or_else(|| StoreError::Internal("no schema recorded for current-store: run revstore-migrate".into()))?;
+        Ok(Tid::min_at(time_of_micros(applied_at.saturating_mul(1000)) - self.margin))
+    }
+}
+
+fn lease_row(shard: i64, holder: &str, expires_at: i64) -> Upsert {
+    Upsert::new(&OUTBOX_SHARDS, [Value::from(shard)]).set(col::OWNER, holder).set(col::EXPIRES_AT, Value::Timestamp(expires_at))
+}
+
+/// The host's name (the pod's, under Kubernetes), for naming lease holders.
+fn hostname() -> String {
+    let name = std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default();
+    let name: String = name.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(63).collect();
+    if name.is_empty() { "replica".to_owned() } else { name }
 }
 
 impl Worker for Delivery {
@@ -121,33 +328,44 @@ impl Worker for Delivery {
         "outbox"
     }
 
-    /// Busy while a shard gave a full batch (more is waiting); a round in
+    /// Busy while a shard read a full batch (more is waiting); a round in
     /// which a shard failed fails (the others were still delivered), so the
     /// runner pauses before the next.
     async fn work(&mut self, stop: &CancellationToken) -> Result<WorkerState, BoxError> {
         let mut failed = Vec::new();
+        if millis(self.store.now()) >= self.next_lease_round {
+            if let Err(e) = self.tend_leases().await {
+                failed.push(format!("leases: {e}"));
+            }
+            self.next_lease_round = millis(self.store.now()) + LEASE_RENEWAL.as_millis() as i64;
+        }
         let mut delivered = 0usize;
-        let mut full_batch = false;
+        let mut more = false;
         let mut asked_to_wait = None;
-        let mut oldest_micros = None;
-        for shard in 0..crate::pages::OUTBOX_SHARDS {
-            match deliver_shard(&self.store, &self.receivers, shard, &mut oldest_micros).await {
+        for (&shard, held) in &mut self.held {
+            match deliver_shard(&self.store, &self.receivers, shard, held, self.margin).await {
                 Ok(round) => {
                     delivered += round.delivered;
-                    full_batch |= round.read == BATCH as usize && round.delivered > 0;
+                    more |= round.more;
+                    held.waiting_since = round.more.then(|| held.read_position().unix_micros());
                 }
                 Err(ShardFailure { reason, retry_after }) => {
                     failed.push(format!("shard {shard}: {reason}"));
                     asked_to_wait = asked_to_wait.max(retry_after);
+                    // Everything queued since the read position waits, and
+                    // keeps waiting (the figure grows) while the shard fails.
+                    held.waiting_since = Some(held.read_position().unix_micros());
                 }
             }
         }
         if delivered > 0 {
             tracing::info!(service = "current-store", delivered, "outbox delivered");
         }
-        // The backlog's age: a healthy outbox keeps it near the poll interval;
-        // a receiver that refuses or a shard that fails makes it grow.
-        let age_secs = oldest_micros.map_or(0.0, |oldest: i64| (self.store.now_micros() - oldest).max(0) as f64 / 1e6);
+        // The backlog's age: a healthy outbox keeps it near zero; a receiver
+        // that refuses, or a shard that cannot be read, makes it grow.
+        let now = self.store.now_micros();
+        let oldest = self.held.values().filter_map(|h| h.waiting_since).min();
+        let age_secs = oldest.map_or(0.0, |since| (now - since).max(0) as f64 / 1e6);
         metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(age_secs);
         if let Some(wait) = asked_to_wait {
             // The runner's own pause follows; together at least what was asked.
@@ -157,70 +375,163 @@ impl Worker for Delivery {
             }
         }
         if let Some(first) = failed.first() {
-            return Err(format!("outbox delivery failed in {} shards ({first})", failed.len()).into());
+            return Err(format!("outbox delivery failed in {} places ({first})", failed.len()).into());
         }
-        Ok(if full_batch { WorkerState::Busy } else { WorkerState::Idle })
+        Ok(if more { WorkerState::Busy } else { WorkerState::Idle })
     }
 
     async fn wait_for_work(&mut self) {
         tokio::time::sleep(POLL).await;
     }
+
+    /// Gives the leases back, with where each shard is delivered through, so
+    /// that another replica takes the shards over at once rather than when
+    /// the leases lapse.
+    async fn stopped(&mut self) {
+        for (&shard, held) in &self.held {
+            let release = Cas {
+                table: &OUTBOX_SHARDS,
+                partition: vec![Value::from(shard)],
+                clustering: Some(Vec::new()),
+                condition: Condition::Equals(vec![(col::OWNER, Value::from(self.holder.as_str()))]),
+                writes: vec![lease_row(shard, &self.holder, 0).set(col::DELIVERED_THROUGH, held.delivered_through).into()],
+            };
+            if let Err(e) = self.store.cas(release).await {
+                tracing::info!(service = "current-store", shard, error = %e, "outbox shard lease not given back: it lapses instead");
+            }
+        }
+        self.held.clear();
+        metrics::gauge!("outbox_shards_held", "service" => crate::SERVICE).set(0.0);
+    }
 }
 
-/// What one shard's round did: rows read, rows delivered.
+/// What one shard's round did.
+#[derive(Debug, Default)]
 struct Round {
-    read: usize,
     delivered: usize,
+    /// A read came back full: more is waiting.
+    more: bool,
 }
 
-/// Delivers one shard's oldest rows; `oldest_micros` takes the time of the
-/// oldest row found waiting (rows are ordered by their time-UUID ids).
-async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, oldest_micros: &mut Option<i64>) -> Result<Round, ShardFailure> {
-    let rows = store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard)]).limit(BATCH)).await?.rows;
-    let read = rows.len();
-    if let Some(first) = rows.first().and_then(|r| r.timeuuid(col::ID)).and_then(|id| Tid::from_uuid(id).ok()) {
-        *oldest_micros = Some(oldest_micros.map_or(first.unix_micros(), |o: i64| o.min(first.unix_micros())));
-    }
-    let mut delivered = 0;
-    for row in rows {
-        let Some(id) = row.timeuuid(col::ID) else { continue };
-        // The delivery is a span of the trace that queued the row: one trace
-        // follows a render from the renderer's write into old-store and the graph.
-        let span = tracing::info_span!("outbox delivery", kind = row.text(col::KIND).unwrap_or_default());
-        if let Some(traceparent) = row.text(col::TRACE) {
-            revstore_telemetry::adopt_remote_parent(&span, revstore_telemetry::context_from_traceparent(traceparent));
+/// One round of one shard: sends what was queued after the read position,
+/// then moves the delivered-through position on (sending any row queued
+/// behind the read position), then deletes the minutes wholly delivered.
+async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &mut HeldShard, margin: Duration) -> Result<Round, ShardFailure> {
+    let now = store.now();
+    let mut round = Round::default();
+    // Rows queued with ids up to now, in order, minute by minute. (A row
+    // whose id lies ahead of this clock waits until the clock gets there.)
+    let read_until = Tid::min_at(now);
+    loop {
+        let position = held.read_position();
+        if position >= read_until {
+            break;
         }
-        match send(receivers, &row).instrument(span).await {
-            Ok(true) => {
-                store.write(Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)])).await?;
-                delivered += 1;
+        let minute = minute_of(position);
+        let upper = minute_start(minute + 1).min(read_until);
+        let slice = Slice::all().lower(held.read_from.map(Value::from)).upper(Bound::Excluded(Value::from(upper)));
+        let rows = store.read(&ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).limit(BATCH)).await?.rows;
+        let full = rows.len() == BATCH as usize;
+        if !rows.is_empty() {
+            held.minutes_seen.insert(minute);
+        }
+        for row in rows {
+            let Some(id) = row.timeuuid(col::ID).and_then(|id| Tid::from_uuid(id).ok()) else { continue };
+            if !held.sent.contains(&id) {
+                deliver_row(store, receivers, shard, minute, id, &row).await?;
+                round.delivered += 1;
             }
-            // No receiver configured for this kind: keep the row for when there is one.
-            Ok(false) => {}
-            Err(Failure::Permanent { status, reason }) => {
-                move_aside(store, shard, id, &row, status, &reason).await?;
-            }
-            Err(Failure::Transient { reason, retry_after }) => {
-                let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
-                let _ = store.write(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]).set(col::ATTEMPTS, attempts)).await;
-                return Err(ShardFailure { reason, retry_after });
+            held.sent.insert(id);
+            held.read_from = Bound::Excluded(id);
+        }
+        if full {
+            round.more = true;
+            return Ok(round);
+        }
+        held.read_from = Bound::Included(upper);
+    }
+    // Rows queued behind the read position by a replica whose clock is
+    // behind: every one is within the margin, so once the margin has passed
+    // a span, the ids in it are all there to be checked.
+    let target = Tid::min_at(now - margin).min(held.read_position());
+    if target > held.delivered_through {
+        for minute in minute_of(held.delivered_through)..=minute_of(target) {
+            let slice = Slice::all()
+                .lower(Bound::Included(Value::from(held.delivered_through)))
+                .upper(Bound::Excluded(Value::from(target)));
+            let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::KIND]).limit(BATCH * 10);
+            let ids: Vec<Row> = store.rows(query).try_collect().await?;
+            for id in ids.iter().filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()) {
+                held.minutes_seen.insert(minute);
+                if held.sent.contains(&id) {
+                    continue;
+                }
+                let key = [minute_key(shard, minute).to_vec(), vec![Value::from(id)]].concat();
+                if let Some(row) = store.get(&OUTBOX, key, None).await? {
+                    if let Err(e) = deliver_row(store, receivers, shard, minute, id, &row).await {
+                        held.delivered_through = id;
+                        return Err(e);
+                    }
+                    round.delivered += 1;
+                    tracing::info!(service = "current-store", shard, id = %id, "outbox row queued behind the read position delivered");
+                }
+                held.sent.insert(id);
             }
         }
+        held.delivered_through = target;
+        held.sent.retain(|id| *id >= target);
     }
-    Ok(Round { read, delivered })
+    // Minutes wholly before the delivered-through position: one partition
+    // delete each.
+    let done: Vec<i64> = held.minutes_seen.range(..minute_of(held.delivered_through)).copied().collect();
+    for minute in done {
+        store.write(Delete::partition(&OUTBOX, minute_key(shard, minute))).await?;
+        held.minutes_seen.remove(&minute);
+    }
+    Ok(round)
 }
 
-/// Moves a refused row to the dead letters, atomically, and says so once.
-async fn move_aside(store: &Store, shard: i64, id: Uuid, row: &Row, status: Option<u16>, reason: &str) -> Result<(), StoreError> {
+fn minute_key(shard: i64, minute: i64) -> [Value; 2] {
+    [Value::from(shard), Value::from(minute)]
+}
+
+/// Sends one row; a permanent refusal moves it to the dead letters, and
+/// anything else that is not a success holds the shard up.
+async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i64, id: Tid, row: &Row) -> Result<(), ShardFailure> {
+    // The delivery is a span of the trace that queued the row: one trace
+    // follows a render from the renderer's write into old-store and the graph.
+    let span = tracing::info_span!("outbox delivery", kind = row.text(col::KIND).unwrap_or_default());
+    if let Some(traceparent) = row.text(col::TRACE) {
+        revstore_telemetry::adopt_remote_parent(&span, revstore_telemetry::context_from_traceparent(traceparent));
+    }
+    match send(receivers, row).instrument(span).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(ShardFailure {
+            reason: format!("no receiver is configured for {} rows", bounded_kind(row.text(col::KIND).unwrap_or_default())),
+            retry_after: None,
+        }),
+        Err(Failure::Permanent { status, reason }) => Ok(move_aside(store, shard, id, row, status, &reason).await?),
+        Err(Failure::Transient { reason, retry_after }) => {
+            let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
+            let key = [Value::from(shard), Value::from(minute), Value::from(id)];
+            let _ = store.write(Upsert::new(&OUTBOX, key).set(col::ATTEMPTS, attempts)).await;
+            Err(ShardFailure { reason, retry_after })
+        }
+    }
+}
+
+/// Copies a refused row to the dead letters and says so once. (The row itself
+/// goes with its minute's partition.)
+async fn move_aside(store: &Store, shard: i64, id: Tid, row: &Row, status: Option<u16>, reason: &str) -> Result<(), StoreError> {
     let kind = row.text(col::KIND).unwrap_or("unknown");
-    let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::TimeUuid(id)]), row)
+    let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::from(id)]), row)
         .set(col::ATTEMPTS, row.bigint(col::ATTEMPTS).unwrap_or(0) + 1)
-        .set(col::FAILED_AT, Value::Timestamp(revstore_keys::time::millis(store.now())))
+        .set(col::FAILED_AT, Value::Timestamp(millis(store.now())))
         .set(col::REASON, reason.to_owned());
     if let Some(status) = status {
         dead = dead.set(col::STATUS, i64::from(status));
     }
-    store.apply(vec![dead.into(), Delete::row(&OUTBOX, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
+    store.write(dead).await?;
     metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => bounded_kind(kind)).increment(1);
     tracing::warn!(
         service = "current-store",
@@ -383,9 +694,9 @@ pub async fn dead_letters(
     Ok((items, Some(at)))
 }
 
-/// Puts dead letters back at their place in the outbox (same shard, same id,
-/// attempts reset), so the worker delivers them again in their original order.
-/// With `only`, just that one (`Ok(0)` when it is not a dead letter); without,
+/// Queues dead letters in the outbox again (same shard, a new id, attempts
+/// reset), oldest first, so the worker delivers them again after what is
+/// already waiting. With `only`, just that one (`Ok(0)` when it is not a dead letter); without,
 /// up to `limit` of them, oldest first per shard. Answers how many moved.
 pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Result<usize, StoreError> {
     let rows: Vec<(i64, Row)> = match only {
@@ -409,8 +720,8 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
     let mut moved = 0;
     for (shard, row) in rows {
         let Some(id) = row.timeuuid(col::ID) else { continue };
-        let back: Write =
-            copy_columns(Upsert::new(&OUTBOX, [Value::from(shard), Value::TimeUuid(id)]), &row).set(col::ATTEMPTS, 0i64).into();
+        // Queued again now: a position the shard's deliverer has passed is never read again.
+        let back: Write = copy_columns(queued(shard, Tid::now()), &row).set(col::ATTEMPTS, 0i64).into();
         store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
         metrics::counter!("outbox_redriven_total", "service" => crate::SERVICE, "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
         moved += 1;

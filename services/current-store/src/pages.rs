@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, PAGE_RENDERS, SUPPRESSED, col};
+use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::dump::TitleIndex;
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
@@ -284,7 +284,7 @@ impl Pages {
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
-        let row = Upsert::new(&OUTBOX, [Value::from(outbox_shard(domain, title)), Value::from(Tid::now())])
+        let row = crate::outbox::queued(outbox_shard(domain, title), Tid::now())
             .set(col::KIND, kind)
             .set(col::DOMAIN, domain.as_str())
             .set(col::TITLE, title.as_str())

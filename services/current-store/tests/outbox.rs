@@ -1,0 +1,203 @@
+//! The outbox's delivery, driven round by round on an injected clock: rows
+//! queued behind the read position (a replica whose clock is behind), minutes
+//! deleted whole once delivered, shards shared between replicas without a row
+//! sent twice, and a stopped replica's shards taken over at once.
+//!
+//! The receiver is a minimal HTTP endpoint speaking old-store's archive write
+//! and counting what it was sent.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, State};
+use axum::routing::put;
+use revstore_client::{ClientOptions, HttpClient, OldStoreClient};
+use revstore_current_store::testing::{Delivery, Receivers, outbox_minute, outbox_shard};
+use revstore_current_store::{RenderBody, StoredParts};
+use revstore_keys::{Domain, Tid, TidGenerator, Title};
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
+use revstore_service::worker::Worker;
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Store, Upsert, Value};
+use tokio_util::sync::CancellationToken;
+
+const MARGIN: Duration = Duration::from_secs(60);
+const SHARDS: i64 = 16;
+
+/// What the receiver was sent: deliveries per (title, rev).
+type Received = Arc<Mutex<BTreeMap<(String, u64), usize>>>;
+
+async fn archive(State(received): State<Received>, Path((_domain, title, rev, _tid)): Path<(String, String, u64, String)>) -> http::StatusCode {
+    *received.lock().expect("lock").entry((title, rev)).or_default() += 1;
+    http::StatusCode::CREATED
+}
+
+/// A receiver on a free port, and what it was sent.
+async fn receiver() -> (Receivers, Received) {
+    let received: Received = Arc::default();
+    let app = axum::Router::new().route("/{domain}/v1/archive/{title}/{rev}/{tid}", put(archive)).with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = HttpClient::new(&url, ClientOptions::default()).expect("client");
+    (Receivers { old_store: Some(OldStoreClient::new(client)), graph: None }, received)
+}
+
+/// A migrated embedded store on `clock`.
+async fn store(dir: &std::path::Path, clock: &ManualClock) -> Store {
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
+    let store = Store::new(Arc::new(EmbeddedEngine::open(dir, options).expect("open")));
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    store
+}
+
+/// Queues the hand-off of `title`'s revision `rev` with an id of time `at`, as a render's write does.
+async fn queue(store: &Store, title: &str, rev: u64, at: SystemTime) -> Tid {
+    let domain = Domain::parse("en.wikipedia.org").expect("domain");
+    let parsed = Title::parse(title, Default::default()).expect("title");
+    let id = TidGenerator::new().next_at(at);
+    let body = RenderBody { html: format!("<p>{title} {rev}</p>"), data_parsoid: serde_json::json!({}), section_offsets: serde_json::json!({}) };
+    let key = [Value::from(outbox_shard(&domain, &parsed)), Value::from(outbox_minute(id)), Value::from(id)];
+    let row = Upsert::new(&OUTBOX, key)
+        .set("kind", "archive")
+        .set("domain", domain.as_str())
+        .set("title", title)
+        .set("rev", rev as i64)
+        .set("tid", id)
+        .set("payload", StoredParts::encode(&body).handoff_payload())
+        .set("attempts", 0i64);
+    store.write(row).await.expect("queue");
+    id
+}
+
+async fn round(delivery: &mut Delivery) {
+    delivery.work(&CancellationToken::new()).await.expect("a delivery round");
+}
+
+fn count(received: &Received, title: &str, rev: u64) -> usize {
+    received.lock().expect("lock").get(&(title.to_owned(), rev)).copied().unwrap_or(0)
+}
+
+/// The rows left in every outbox partition of `minutes`.
+async fn rows_left(store: &Store, minutes: &[i64]) -> usize {
+    let mut left = 0;
+    for shard in 0..SHARDS {
+        for minute in minutes {
+            left += store.read(&ReadQuery::new(&OUTBOX, [Value::from(shard), Value::from(*minute)])).await.expect("read").rows.len();
+        }
+    }
+    left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_queued_behind_the_read_position_is_delivered_once_the_margin_has_passed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+
+    let now = store.now();
+    let first = queue(&store, "Prompt", 1, now - Duration::from_secs(1)).await;
+    round(&mut delivery).await;
+    assert_eq!(count(&received, "Prompt", 1), 1, "a row queued before the round is sent in it");
+
+    // A replica whose clock is 20 s behind queues a row the reader has passed.
+    clock.advance_secs(5);
+    let late = queue(&store, "Late", 1, store.now() - Duration::from_secs(20)).await;
+    assert!(late < first, "queued with an id before the row already sent");
+    round(&mut delivery).await;
+    assert_eq!(count(&received, "Late", 1), 0, "behind the read position: not seen by reading on");
+
+    // Once the margin has passed the late row's time, it is found and sent.
+    clock.advance(MARGIN);
+    round(&mut delivery).await;
+    assert_eq!(count(&received, "Late", 1), 1, "sent once the margin has passed");
+    // Nothing twice, however many rounds follow.
+    for _ in 0..3 {
+        clock.advance_secs(30);
+        round(&mut delivery).await;
+    }
+    assert_eq!((count(&received, "Prompt", 1), count(&received, "Late", 1)), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivered_minutes_are_deleted_whole_once_the_margin_has_passed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+
+    let mut minutes = Vec::new();
+    for i in 0..50u64 {
+        let id = queue(&store, &format!("Page_{i}"), 1, store.now() - Duration::from_millis(10)).await;
+        minutes.push(outbox_minute(id));
+        clock.advance(Duration::from_millis(100));
+    }
+    minutes.dedup();
+    round(&mut delivery).await;
+    assert_eq!(received.lock().expect("lock").len(), 50, "every row sent in order, in one round");
+    assert_eq!(rows_left(&store, &minutes).await, 50, "within the margin, the rows stay (a late row may still join them)");
+    clock.advance(MARGIN + Duration::from_secs(60));
+    round(&mut delivery).await;
+    assert_eq!(rows_left(&store, &minutes).await, 0, "every delivered minute is gone");
+    assert!(received.lock().expect("lock").values().all(|&n| n == 1), "each row sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_the_shards_and_send_each_row_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut first = Delivery::new(store.clone(), receivers.clone(), MARGIN);
+    let mut second = Delivery::new(store.clone(), receivers, MARGIN);
+
+    for i in 0..200u64 {
+        queue(&store, &format!("Shared_{i}"), 1, store.now() - Duration::from_secs(1)).await;
+    }
+    for _ in 0..3 {
+        round(&mut first).await;
+        round(&mut second).await;
+        clock.advance_secs(1);
+    }
+    let got = received.lock().expect("lock").clone();
+    assert_eq!(got.len(), 200, "every row sent");
+    assert!(got.values().all(|&n| n == 1), "no row sent by both replicas: {got:?}");
+    let mut owners = Vec::new();
+    for shard in 0..SHARDS {
+        let row = store.get(&OUTBOX_SHARDS, vec![Value::from(shard)], None).await.expect("read");
+        owners.push(row.expect("every shard has a deliverer").text("owner").expect("owner").to_owned());
+    }
+    assert!(owners.iter().all(|o| *o == owners[0]), "the first replica to look took every free shard: {owners:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_replicas_shards_are_taken_over_at_once_where_it_left_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut leaving = Delivery::new(store.clone(), receivers.clone(), MARGIN);
+    for i in 0..20u64 {
+        queue(&store, &format!("Before_{i}"), 1, store.now() - Duration::from_secs(1)).await;
+    }
+    round(&mut leaving).await;
+    clock.advance(MARGIN + Duration::from_secs(60));
+    round(&mut leaving).await;
+    leaving.stopped().await;
+
+    // Well within the lease: the shards were given back, not left to lapse.
+    clock.advance_secs(1);
+    let mut taking_over = Delivery::new(store.clone(), receivers, MARGIN);
+    for i in 0..20u64 {
+        queue(&store, &format!("After_{i}"), 1, store.now() - Duration::from_secs(1)).await;
+    }
+    round(&mut taking_over).await;
+    let got = received.lock().expect("lock").clone();
+    for i in 0..20u64 {
+        assert_eq!(got.get(&(format!("After_{i}"), 1)), Some(&1), "After_{i}: {got:?}");
+        assert_eq!(got.get(&(format!("Before_{i}"), 1)), Some(&1), "Before_{i} sent once, before the hand-over: {got:?}");
+    }
+}
