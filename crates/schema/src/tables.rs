@@ -47,6 +47,7 @@ pub mod current_store {
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
         pub const DATA_PARSOID: &str = "data_parsoid";
+        pub const DELIVERED_AT: &str = "delivered_at";
         pub const DELIVERED_THROUGH: &str = "delivered_through";
         pub const DOMAIN: &str = "domain";
         pub const EXPIRES_AT: &str = "expires_at";
@@ -155,6 +156,9 @@ pub mod current_store {
             // The W3C `traceparent` of the write that queued the row, so
             // that its delivery continues that trace.
             C::regular(col::TRACE, Text),
+            // Set once the receiver took the row (or it was moved to the
+            // dead letters): whoever reads it again sends nothing.
+            C::regular(col::DELIVERED_AT, Timestamp),
         ],
         default_ttl: Some(4 * WEEK),
         compaction: Compaction::TimeWindow,

@@ -20,9 +20,13 @@
 //!   clock skew allowed between replicas, plus a storage write's timeout): a
 //!   replica whose clock is behind can queue a row whose id the reader has
 //!   already passed, and only within that margin. Each round re-reads the
-//!   ids between the two positions (ids only), sends any it has not sent,
-//!   and moves the position on. It is stored with each renewal; a new holder
-//!   starts there and sends again what was sent since (about a margin's worth).
+//!   rows between the two positions (their keys and `delivered_at` only),
+//!   sends any not marked delivered, and moves the position on. It is stored
+//!   with each renewal; a new holder starts there.
+//!
+//! A row is marked `delivered_at` once its receiver took it (or it was moved
+//! to the dead letters), so a row read again — by the check behind the read
+//! position, or by a new holder — is not sent again.
 //!
 //! Once the delivered-through position has passed a minute, that minute's
 //! partition is deleted whole: one partition tombstone that no later read
@@ -163,8 +167,6 @@ struct HeldShard {
     delivered_through: Tid,
     /// Where the next read starts.
     read_from: Bound<Tid>,
-    /// Rows sent at or after `delivered_through`, so that re-reading them sends nothing twice.
-    sent: BTreeSet<Tid>,
     /// Minutes in which rows were seen, not yet deleted.
     minutes_seen: BTreeSet<i64>,
     /// Since when (µs) rows have been waiting, when the last round did not catch up.
@@ -177,7 +179,6 @@ impl HeldShard {
             expires_at,
             delivered_through,
             read_from: Bound::Included(delivered_through),
-            sent: BTreeSet::new(),
             minutes_seen: BTreeSet::new(),
             waiting_since: None,
         }
@@ -437,11 +438,10 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &
         }
         for row in rows {
             let Some(id) = row.timeuuid(col::ID).and_then(|id| Tid::from_uuid(id).ok()) else { continue };
-            if !held.sent.contains(&id) {
+            if row.timestamp(col::DELIVERED_AT).is_none() {
                 deliver_row(store, receivers, shard, minute, id, &row).await?;
                 round.delivered += 1;
             }
-            held.sent.insert(id);
             held.read_from = Bound::Excluded(id);
         }
         if full {
@@ -459,13 +459,13 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &
             let slice = Slice::all()
                 .lower(Bound::Included(Value::from(held.delivered_through)))
                 .upper(Bound::Excluded(Value::from(target)));
-            let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::KIND]).limit(BATCH * 10);
-            let ids: Vec<Row> = store.rows(query).try_collect().await?;
-            for id in ids.iter().filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()) {
+            let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::DELIVERED_AT]).limit(BATCH * 10);
+            let keys: Vec<Row> = store.rows(query).try_collect().await?;
+            if !keys.is_empty() {
                 held.minutes_seen.insert(minute);
-                if held.sent.contains(&id) {
-                    continue;
-                }
+            }
+            let undelivered = keys.iter().filter(|row| row.timestamp(col::DELIVERED_AT).is_none());
+            for id in undelivered.filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()) {
                 let key = [minute_key(shard, minute).to_vec(), vec![Value::from(id)]].concat();
                 if let Some(row) = store.get(&OUTBOX, key, None).await? {
                     if let Err(e) = deliver_row(store, receivers, shard, minute, id, &row).await {
@@ -475,11 +475,9 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &
                     round.delivered += 1;
                     tracing::info!(service = "current-store", shard, id = %id, "outbox row queued behind the read position delivered");
                 }
-                held.sent.insert(id);
             }
         }
         held.delivered_through = target;
-        held.sent.retain(|id| *id >= target);
     }
     // Minutes wholly before the delivered-through position: one partition
     // delete each.
@@ -495,9 +493,11 @@ fn minute_key(shard: i64, minute: i64) -> [Value; 2] {
     [Value::from(shard), Value::from(minute)]
 }
 
-/// Sends one row; a permanent refusal moves it to the dead letters, and
-/// anything else that is not a success holds the shard up.
+/// Sends one row and marks it delivered; a permanent refusal moves it to the
+/// dead letters, and anything else that is not a success holds the shard up.
 async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i64, id: Tid, row: &Row) -> Result<(), ShardFailure> {
+    let key = [Value::from(shard), Value::from(minute), Value::from(id)];
+    let delivered = Upsert::new(&OUTBOX, key.clone()).set(col::DELIVERED_AT, Value::Timestamp(millis(store.now())));
     // The delivery is a span of the trace that queued the row: one trace
     // follows a render from the renderer's write into old-store and the graph.
     let span = tracing::info_span!("outbox delivery", kind = row.text(col::KIND).unwrap_or_default());
@@ -505,24 +505,31 @@ async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i
         revstore_telemetry::adopt_remote_parent(&span, revstore_telemetry::context_from_traceparent(traceparent));
     }
     match send(receivers, row).instrument(span).await {
-        Ok(true) => Ok(()),
+        Ok(true) => Ok(store.write(delivered).await?),
         Ok(false) => Err(ShardFailure {
             reason: format!("no receiver is configured for {} rows", bounded_kind(row.text(col::KIND).unwrap_or_default())),
             retry_after: None,
         }),
-        Err(Failure::Permanent { status, reason }) => Ok(move_aside(store, shard, id, row, status, &reason).await?),
+        Err(Failure::Permanent { status, reason }) => Ok(move_aside(store, shard, id, row, delivered, status, &reason).await?),
         Err(Failure::Transient { reason, retry_after }) => {
             let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
-            let key = [Value::from(shard), Value::from(minute), Value::from(id)];
             let _ = store.write(Upsert::new(&OUTBOX, key).set(col::ATTEMPTS, attempts)).await;
             Err(ShardFailure { reason, retry_after })
         }
     }
 }
 
-/// Copies a refused row to the dead letters and says so once. (The row itself
-/// goes with its minute's partition.)
-async fn move_aside(store: &Store, shard: i64, id: Tid, row: &Row, status: Option<u16>, reason: &str) -> Result<(), StoreError> {
+/// Copies a refused row to the dead letters, marking it delivered in the same
+/// batch, and says so once. (The row itself goes with its minute's partition.)
+async fn move_aside(
+    store: &Store,
+    shard: i64,
+    id: Tid,
+    row: &Row,
+    delivered: Upsert,
+    status: Option<u16>,
+    reason: &str,
+) -> Result<(), StoreError> {
     let kind = row.text(col::KIND).unwrap_or("unknown");
     let mut dead = copy_columns(Upsert::new(&OUTBOX_DEAD_LETTERS, [Value::from(shard), Value::from(id)]), row)
         .set(col::ATTEMPTS, row.bigint(col::ATTEMPTS).unwrap_or(0) + 1)
@@ -531,7 +538,7 @@ async fn move_aside(store: &Store, shard: i64, id: Tid, row: &Row, status: Optio
     if let Some(status) = status {
         dead = dead.set(col::STATUS, i64::from(status));
     }
-    store.write(dead).await?;
+    store.apply(vec![dead.into(), delivered.into()]).await?;
     metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => bounded_kind(kind)).increment(1);
     tracing::warn!(
         service = "current-store",

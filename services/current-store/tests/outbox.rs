@@ -201,3 +201,31 @@ async fn a_stopped_replicas_shards_are_taken_over_at_once_where_it_left_them() {
         assert_eq!(got.get(&(format!("Before_{i}"), 1)), Some(&1), "Before_{i} sent once, before the hand-over: {got:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_replicas_shards_are_taken_over_without_sending_a_row_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut crashed = Delivery::new(store.clone(), receivers.clone(), MARGIN);
+    for i in 0..20u64 {
+        queue(&store, &format!("Sent_{i}"), 1, store.now() - Duration::from_secs(1)).await;
+    }
+    round(&mut crashed).await;
+    // No give-back: the replica died. Its leases lapse after 30 s, well
+    // within the margin, so its delivered-through position is behind every
+    // row it sent.
+    drop(crashed);
+    clock.advance_secs(45);
+    let mut successor = Delivery::new(store.clone(), receivers, MARGIN);
+    queue(&store, "Later", 1, store.now() - Duration::from_secs(1)).await;
+    round(&mut successor).await;
+    clock.advance(MARGIN);
+    round(&mut successor).await;
+    let got = received.lock().expect("lock").clone();
+    assert_eq!(got.get(&("Later".to_owned(), 1)), Some(&1), "{got:?}");
+    for i in 0..20u64 {
+        assert_eq!(got.get(&(format!("Sent_{i}"), 1)), Some(&1), "Sent_{i} sent once, not again by the successor: {got:?}");
+    }
+}
