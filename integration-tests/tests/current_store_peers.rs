@@ -44,7 +44,7 @@ fn token_file(token: &str) -> tempfile::NamedTempFile {
 }
 
 /// How long a hand-off may take to show in old-store.
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(120);
 
 async fn renders_flow_from_current_store_to_old_store_and_back(engine: Engine) {
     let old = start_old_store(engine, |_| {}).await;
@@ -439,16 +439,15 @@ async fn the_hand_off_keeps_flowing_past_the_nodes_tombstone_limit() {
     let http = reqwest::Client::new();
     let body = json!({ "html": "<p>a first render</p>", "data-parsoid": {}, "section-offsets": {} });
     futures_util::stream::iter(&titles)
-        .for_each_concurrent(8, |t| {
+        .for_each_concurrent(4, |t| {
             let (http, current, body) = (&http, &current, &body);
             async move { assert_eq!(put_render(http, current, t, 1, body).await, 201, "{t}") }
         })
         .await;
-    let archived = async |t: &str| {
-        http.get(old.url(&format!("/en.wikipedia.org/v1/archive/html/{t}/1"))).send().await.expect("send").status() == 200
-    };
+    let archived =
+        async |t: &str| http.get(old.url(&format!("/en.wikipedia.org/v1/archive/html/{t}/1"))).send().await.expect("send").status() == 200;
     // In queue order: the last queued arrives last.
-    eventually(&format!("the last of {} hand-offs in one shard in old-store", titles.len()), WAIT * 5, async || {
+    eventually(&format!("the last of {} hand-offs in one shard in old-store", titles.len()), WAIT * 3, async || {
         archived(titles.last().expect("titles")).await
     })
     .await;

@@ -417,7 +417,13 @@ struct Round {
 /// One round of one shard: sends what was queued after the read position,
 /// then moves the delivered-through position on (sending any row queued
 /// behind the read position), then deletes the minutes wholly delivered.
-async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &mut HeldShard, margin: Duration) -> Result<Round, ShardFailure> {
+async fn deliver_shard(
+    store: &Store,
+    receivers: &Receivers,
+    shard: i64,
+    held: &mut HeldShard,
+    margin: Duration,
+) -> Result<Round, ShardFailure> {
     let now = store.now();
     let mut round = Round::default();
     // Rows queued with ids up to now, in order, minute by minute. (A row
@@ -456,9 +462,8 @@ async fn deliver_shard(store: &Store, receivers: &Receivers, shard: i64, held: &
     let target = Tid::min_at(now - margin).min(held.read_position());
     if target > held.delivered_through {
         for minute in minute_of(held.delivered_through)..=minute_of(target) {
-            let slice = Slice::all()
-                .lower(Bound::Included(Value::from(held.delivered_through)))
-                .upper(Bound::Excluded(Value::from(target)));
+            let slice =
+                Slice::all().lower(Bound::Included(Value::from(held.delivered_through))).upper(Bound::Excluded(Value::from(target)));
             let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::DELIVERED_AT]).limit(BATCH * 10);
             let keys: Vec<Row> = store.rows(query).try_collect().await?;
             if !keys.is_empty() {

@@ -27,7 +27,10 @@ const SHARDS: i64 = 16;
 /// What the receiver was sent: deliveries per (title, rev).
 type Received = Arc<Mutex<BTreeMap<(String, u64), usize>>>;
 
-async fn archive(State(received): State<Received>, Path((_domain, title, rev, _tid)): Path<(String, String, u64, String)>) -> http::StatusCode {
+async fn archive(
+    State(received): State<Received>,
+    Path((_domain, title, rev, _tid)): Path<(String, String, u64, String)>,
+) -> http::StatusCode {
     *received.lock().expect("lock").entry((title, rev)).or_default() += 1;
     http::StatusCode::CREATED
 }
@@ -56,7 +59,8 @@ async fn queue(store: &Store, title: &str, rev: u64, at: SystemTime) -> Tid {
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     let parsed = Title::parse(title, Default::default()).expect("title");
     let id = TidGenerator::new().next_at(at);
-    let body = RenderBody { html: format!("<p>{title} {rev}</p>"), data_parsoid: serde_json::json!({}), section_offsets: serde_json::json!({}) };
+    let body =
+        RenderBody { html: format!("<p>{title} {rev}</p>"), data_parsoid: serde_json::json!({}), section_offsets: serde_json::json!({}) };
     let key = [Value::from(outbox_shard(&domain, &parsed)), Value::from(outbox_minute(id)), Value::from(id)];
     let row = Upsert::new(&OUTBOX, key)
         .set("kind", "archive")
