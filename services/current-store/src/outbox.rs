@@ -8,7 +8,7 @@
 //! another replica takes a shard over — does no harm.
 //!
 //! # Shards, minutes and two positions
-//! Rows are spread over [`OUTBOX_SHARDS`] shards by page (a page's rows stay
+//! Rows are spread over [`SHARDS`] shards by page (a page's rows stay
 //! in order), and a shard's rows over partitions of one minute each, by the
 //! minute of the row's time-UUID id. One replica at a time delivers a shard:
 //! the holder of the shard's row in `outbox_shards`, taken by a conditional
@@ -55,8 +55,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::TryStreamExt;
 use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
-use revstore_keys::Tid;
 use revstore_keys::time::millis;
+use revstore_keys::{Domain, Tid, Title, composite_key_bytes, murmur3_token};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, col};
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
@@ -66,13 +66,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::pages::OUTBOX_SHARDS as SHARDS;
-
 /// Where each kind of outbox row goes.
 #[derive(Debug, Clone)]
 pub struct Receivers {
     pub old_store: Option<OldStoreClient>,
     pub graph: Option<GraphClient>,
+}
+
+/// Outbox rows are spread over this many shards.
+pub const SHARDS: i64 = 16;
+
+/// The outbox shard of a page: every row of one page goes to one shard, in order.
+pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
+    murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(SHARDS)
 }
 
 /// Rows read per storage read.
@@ -672,7 +678,7 @@ impl DeadLetterCursor {
             None => (text, None),
         };
         let shard: i64 = shard.parse().ok()?;
-        (0..crate::pages::OUTBOX_SHARDS).contains(&shard).then_some(DeadLetterCursor { shard, page_token })
+        (0..SHARDS).contains(&shard).then_some(DeadLetterCursor { shard, page_token })
     }
 
     pub fn render(&self) -> String {
@@ -699,7 +705,7 @@ pub async fn dead_letters(
         items.extend(page.rows.iter().filter_map(|row| DeadLetter::of(at.shard, row)));
         match page.next {
             Some(token) => at.page_token = Some(token),
-            None if at.shard + 1 < crate::pages::OUTBOX_SHARDS => at = DeadLetterCursor { shard: at.shard + 1, page_token: None },
+            None if at.shard + 1 < SHARDS => at = DeadLetterCursor { shard: at.shard + 1, page_token: None },
             None => return Ok((items, None)),
         }
     }
@@ -718,7 +724,7 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
         },
         None => {
             let mut rows = Vec::new();
-            for shard in 0..crate::pages::OUTBOX_SHARDS {
+            for shard in 0..SHARDS {
                 let want = limit.saturating_sub(rows.len() as u32);
                 if want == 0 {
                     break;

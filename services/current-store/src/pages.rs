@@ -21,7 +21,7 @@ use std::ops::Bound;
 use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
-use revstore_keys::{Domain, RevId, Tid, Title, composite_key_bytes, murmur3_token};
+use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::dump::TitleIndex;
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
@@ -41,9 +41,6 @@ use crate::render::{RenderBody, RenderId, StoredParts};
 /// is written with a page's first render, timestamped with it, and removed
 /// by the page's deletion (timestamped after its newest render).
 pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES };
-
-/// Outbox rows are spread over this many partitions.
-pub const OUTBOX_SHARDS: i64 = 16;
 
 /// A render found in storage, with the stored parts that were asked for.
 #[derive(Debug, Clone)]
@@ -284,7 +281,7 @@ impl Pages {
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
-        let row = crate::outbox::queued(outbox_shard(domain, title), Tid::now())
+        let row = crate::outbox::queued(crate::outbox::outbox_shard(domain, title), Tid::now())
             .set(col::KIND, kind)
             .set(col::DOMAIN, domain.as_str())
             .set(col::TITLE, title.as_str())
@@ -404,11 +401,6 @@ fn content_columns(columns: &[&'static str]) -> Vec<&'static str> {
 
 pub(crate) fn found(row: Option<Row>) -> Result<Option<Found>, PagesError> {
     row.map(|row| Ok(Found { id: render_id(&row)?, row })).transpose()
-}
-
-/// The outbox shard of a page: every row of one page goes to one shard, in order.
-pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
-    murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(OUTBOX_SHARDS)
 }
 
 fn check_preconditions(pre: &Preconditions, latest: Option<RenderId>) -> Result<(), PagesError> {

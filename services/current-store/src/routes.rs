@@ -514,8 +514,8 @@ async fn redrive_dead_letter(
     let shard = shard
         .parse::<i64>()
         .ok()
-        .filter(|s| (0..crate::pages::OUTBOX_SHARDS).contains(s))
-        .ok_or_else(|| ApiError::bad_request(format!("shard must be 0-{}", crate::pages::OUTBOX_SHARDS - 1)))?;
+        .filter(|s| (0..crate::outbox::SHARDS).contains(s))
+        .ok_or_else(|| ApiError::bad_request(format!("shard must be 0-{}", crate::outbox::SHARDS - 1)))?;
     let id = Tid::parse(&id)?.uuid();
     match outbox::redrive(&state.pages.store, Some((shard, id)), 1).await? {
         0 => Err(ApiError::not_found(format!("no dead letter {id} in shard {shard}"))),

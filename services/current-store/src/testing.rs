@@ -3,5 +3,5 @@
 //! the outbox's delivery, to drive it round by round on an injected clock.
 
 pub use crate::outbox::minute_of as outbox_minute;
+pub use crate::outbox::outbox_shard;
 pub use crate::outbox::{Delivery, Receivers};
-pub use crate::pages::outbox_shard;
