@@ -56,7 +56,7 @@ use futures_util::TryStreamExt;
 use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
 use revstore_keys::time::millis;
-use revstore_keys::{Domain, Tid, Title, composite_key_bytes, murmur3_token};
+use revstore_keys::{Domain, Tid, TidGenerator, Title, composite_key_bytes, murmur3_token};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, col};
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
@@ -108,8 +108,12 @@ fn time_of_micros(micros: i64) -> SystemTime {
     if micros >= 0 { UNIX_EPOCH + Duration::from_micros(micros as u64) } else { UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs()) }
 }
 
-/// An outbox row for `shard` with id `id`, its key set (the caller sets the columns).
-pub(crate) fn queued(shard: i64, id: Tid) -> Upsert {
+/// A new outbox row for `shard`, its key set (the caller sets the columns).
+/// Its id is of the store's time, the clock the deliverer reads by (an
+/// injected one in tests).
+pub(crate) fn queued(store: &Store, shard: i64) -> Upsert {
+    static IDS: std::sync::OnceLock<TidGenerator> = std::sync::OnceLock::new();
+    let id = IDS.get_or_init(TidGenerator::new).next_at(store.now());
     Upsert::new(&OUTBOX, [Value::from(shard), Value::from(minute_of(id)), Value::from(id)])
 }
 
@@ -432,17 +436,16 @@ async fn deliver_shard(
 ) -> Result<Round, ShardFailure> {
     let now = store.now();
     let mut round = Round::default();
-    // Rows queued with ids up to now, in order, minute by minute. (A row
-    // whose id lies ahead of this clock waits until the clock gets there.)
-    let read_until = Tid::min_at(now);
+    // Rows queued after the read position, in order, minute by minute up to
+    // the current one. (A row in a later minute, from a clock ahead of this
+    // one, waits until this clock gets there.)
+    let current_minute = minute_of(Tid::min_at(now));
     loop {
-        let position = held.read_position();
-        if position >= read_until {
+        let minute = minute_of(held.read_position());
+        if minute > current_minute {
             break;
         }
-        let minute = minute_of(position);
-        let upper = minute_start(minute + 1).min(read_until);
-        let slice = Slice::all().lower(held.read_from.map(Value::from)).upper(Bound::Excluded(Value::from(upper)));
+        let slice = Slice::all().lower(held.read_from.map(Value::from));
         let rows = store.read(&ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).limit(BATCH)).await?.rows;
         let full = rows.len() == BATCH as usize;
         if !rows.is_empty() {
@@ -460,7 +463,10 @@ async fn deliver_shard(
             round.more = true;
             return Ok(round);
         }
-        held.read_from = Bound::Included(upper);
+        if minute == current_minute {
+            break;
+        }
+        held.read_from = Bound::Included(minute_start(minute + 1));
     }
     // Rows queued behind the read position by a replica whose clock is
     // behind: every one is within the margin, so once the margin has passed
@@ -739,7 +745,7 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
     for (shard, row) in rows {
         let Some(id) = row.timeuuid(col::ID) else { continue };
         // Queued again now: a position the shard's deliverer has passed is never read again.
-        let back: Write = copy_columns(queued(shard, Tid::now()), &row).set(col::ATTEMPTS, 0i64).into();
+        let back: Write = copy_columns(queued(store, shard), &row).set(col::ATTEMPTS, 0i64).into();
         store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
         metrics::counter!("outbox_redriven_total", "service" => crate::SERVICE, "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
         moved += 1;
