@@ -5,7 +5,6 @@
 use revstore_schema::Component;
 use revstore_schema::tables::meta::SCHEMA_META;
 
-use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
 use crate::ops::Upsert;
 use crate::store::Store;
@@ -92,7 +91,8 @@ impl Store {
                 .set("version", i64::from(c.version))
                 .set("compatible_from", i64::from(c.compatible_from))
                 .set("fingerprint", c.fingerprint())
-                .set("applied_at", Value::Timestamp(SystemClock.now_micros() / 1000)),
+                // The store's clock: the time its writes carry (an injected one in tests).
+                .set("applied_at", Value::Timestamp(self.now_micros() / 1000)),
         )
         .await?;
         Ok(outcome)
