@@ -189,6 +189,19 @@ pub struct TableAudit {
     /// node's figure up to a whole mebibyte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_resolution_bytes: Option<u64>,
+    /// Tombstones one read of the table scanned on the storage nodes: the
+    /// 99th percentile and the most, the worst node's (Cassandra's
+    /// `system_views.tombstones_per_read`, recent reads weighing most).
+    /// Cassandra warns past 1,000 and aborts a read past 100,000. Given with
+    /// the disk figure; absent where the engine does not measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstones_per_read_p99: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstones_per_read_max: Option<u64>,
+    /// The largest partition of the table on any node, in bytes (whole
+    /// mebibytes, rounded up: Cassandra's `system_views.max_partition_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_partition_bytes: Option<u64>,
 }
 
 impl TableAudit {
@@ -204,6 +217,11 @@ impl TableAudit {
         };
         self.bytes_on_disk = sum(self.bytes_on_disk, other.bytes_on_disk);
         self.disk_resolution_bytes = sum(self.disk_resolution_bytes, other.disk_resolution_bytes);
+        // Read health is the worst of the parts, not their sum.
+        let worst = |a: Option<u64>, b: Option<u64>| a.max(b);
+        self.tombstones_per_read_p99 = worst(self.tombstones_per_read_p99, other.tombstones_per_read_p99);
+        self.tombstones_per_read_max = worst(self.tombstones_per_read_max, other.tombstones_per_read_max);
+        self.largest_partition_bytes = worst(self.largest_partition_bytes, other.largest_partition_bytes);
     }
 
     /// Bytes on disk over ideal bytes, where the disk figure is known (see

@@ -44,8 +44,8 @@ pub use holdings::row_bytes;
 pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
-    Cas, CasOutcome, Condition, Delete, DeleteTarget, DiskUsage, Holdings, Page, PurgeStats, ReadOrder, ReadQuery, ScanPosition, ScanQuery,
-    ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write, slices_after,
+    Cas, CasOutcome, Condition, Delete, DeleteTarget, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadOrder, ReadQuery,
+    ScanPosition, ScanQuery, ScanRows, ScannedPartition, Slice, TokenRange, Upsert, Write, slices_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store};

@@ -553,3 +553,21 @@ pub struct DiskUsage {
     /// Nodes that reported.
     pub nodes: u32,
 }
+
+/// How reads of one table fare on the storage nodes, as the engine itself
+/// measures them: what decays with time (tombstones every read steps over,
+/// partitions that keep growing) shows here before reads fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReadHealth {
+    /// Tombstones scanned by one read: the 99th percentile and the most, the
+    /// worst node's (Cassandra's `tombstones_per_read`, a recent-weighted
+    /// histogram per node). Cassandra warns past 1,000 and aborts the read
+    /// past 100,000 (`tombstone_warn_threshold`, `tombstone_failure_threshold`).
+    pub tombstones_per_read_p99: u64,
+    pub tombstones_per_read_max: u64,
+    /// The largest partition any node has written to an SSTable, in bytes
+    /// (Cassandra's `max_partition_size`, whole mebibytes rounded up).
+    pub largest_partition_bytes: u64,
+    /// Nodes that reported.
+    pub nodes: u32,
+}

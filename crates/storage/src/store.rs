@@ -13,7 +13,9 @@ use crate::validate::{validate_cas, validate_read, validate_scan, validate_write
 use crate::value::clustering_key;
 use futures_util::{Stream, StreamExt};
 
-use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write};
+use crate::ops::{
+    Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write,
+};
 use crate::value::{Row, Value, decode_values, encode_values};
 
 /// The engines revstore knows, named even when not built in, so an error can
@@ -136,6 +138,13 @@ pub trait Engine: Send + Sync + Debug {
     /// engine keeps every table in one file, whose expired data
     /// [`Engine::holdings`] already counts).
     async fn disk_usage(&self, _table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
+        Ok(None)
+    }
+
+    /// How reads of the table fare on the storage nodes, when the engine
+    /// measures it (`None` when it does not: the embedded engine keeps no
+    /// tombstones a read steps over, and ScyllaDB exposes no such table).
+    async fn read_health(&self, _table: &'static TableDef) -> StoreResult<Option<ReadHealth>> {
         Ok(None)
     }
 }
@@ -480,6 +489,11 @@ impl Store {
     /// What the storage keeps on disk for one copy of the table (see [`Engine::disk_usage`]).
     pub async fn disk_usage(&self, table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
         self.timed("disk_usage", self.engine.disk_usage(table)).await
+    }
+
+    /// How reads of the table fare on the storage nodes (see [`Engine::read_health`]).
+    pub async fn read_health(&self, table: &'static TableDef) -> StoreResult<Option<ReadHealth>> {
+        self.timed("read_health", self.engine.read_health(table)).await
     }
 }
 

@@ -102,3 +102,41 @@ async fn declared_table_options_are_applied_in_place() {
     assert_eq!(compaction.get("compaction_window_size").map(String::as_str), Some("1"), "{compaction:?}");
     assert_eq!(compaction.get("unchecked_tombstone_compaction").map(String::as_str), Some("true"), "{compaction:?}");
 }
+
+/// The read health the audit reports comes from the nodes: a partition read
+/// from its start after most of its rows were deleted one by one (the
+/// outbox's old layout) shows every tombstone the read stepped over; an
+/// untouched table shows none.
+#[tokio::test]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn read_health_shows_the_tombstones_a_read_steps_over() {
+    use revstore_storage::conformance::{KV, TIMELINE};
+    use revstore_storage::{Delete, ReadQuery, Upsert, Value};
+
+    let keyspace = revstore_storage::testing::TestKeyspace::new("health");
+    let store = revstore_storage::Store::new(std::sync::Arc::new(keyspace.connect().await));
+    store.ensure_tables(&[&TIMELINE, &KV]).await.expect("create");
+    let ids = revstore_keys::TidGenerator::new();
+    let key = [Value::from("queue")];
+    let mut written = Vec::new();
+    for i in 0..300 {
+        let id = ids.next();
+        store.write(Upsert::new(&TIMELINE, [Value::from("queue"), Value::from(id)]).set("v", format!("row {i}"))).await.expect("write");
+        written.push(id);
+    }
+    // The newest 250: the table is ordered newest first, so every read from
+    // the partition's start steps over them to reach the live rows.
+    let deleted = 250;
+    for id in &written[written.len() - deleted..] {
+        store.write(Delete::row(&TIMELINE, key.clone(), [Value::from(*id)])).await.expect("delete");
+    }
+    for _ in 0..20 {
+        let page = store.read(&ReadQuery::new(&TIMELINE, key.clone()).limit(10)).await.expect("read");
+        assert_eq!(page.rows.len(), 10);
+    }
+    let health = store.read_health(&TIMELINE).await.expect("read health").expect("Cassandra measures it");
+    assert!(health.nodes >= 1, "{health:?}");
+    assert!(health.tombstones_per_read_max >= deleted as u64, "every deleted row is a tombstone a read stepped over: {health:?}");
+    let untouched = store.read_health(&KV).await.expect("read health").expect("Cassandra measures it");
+    assert_eq!(untouched.tombstones_per_read_max, 0, "{untouched:?}");
+}

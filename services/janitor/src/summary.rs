@@ -204,6 +204,21 @@ impl Summary {
                 "Bytes on disk over ideal bytes, per table and for all tables (table=\"all\"), as the last audit measured.",
                 ratios,
             );
+            family(
+                "revstore_janitor_tombstones_per_read_p99",
+                "Tombstones one read of each table scanned, 99th percentile, the worst storage node's, as the last audit measured.",
+                with_table(|t| t.counts.tombstones_per_read_p99.map(|n| n as f64)),
+            );
+            family(
+                "revstore_janitor_tombstones_per_read_max",
+                "The most tombstones one read of each table scanned, the worst storage node's, as the last audit measured.",
+                with_table(|t| t.counts.tombstones_per_read_max.map(|n| n as f64)),
+            );
+            family(
+                "revstore_janitor_largest_partition_bytes",
+                "The largest partition of each table on any storage node, as the last audit measured.",
+                with_table(|t| t.counts.largest_partition_bytes.map(|n| n as f64)),
+            );
         }
         out
     }
@@ -225,7 +240,15 @@ mod tests {
         let mut summary = Summary { run: "r".into(), seconds: 2.5, ..Summary::default() };
         let mut audit = TaskSummary::default();
         audit.services.insert("current-store", Swept { partitions: 10, ..Swept::default() });
-        let counts = TableAudit { bytes_held: 300, bytes_ideal: 200, bytes_on_disk: Some(500), ..TableAudit::default() };
+        let counts = TableAudit {
+            bytes_held: 300,
+            bytes_ideal: 200,
+            bytes_on_disk: Some(500),
+            tombstones_per_read_p99: Some(12),
+            tombstones_per_read_max: Some(1001),
+            largest_partition_bytes: Some(3 << 20),
+            ..TableAudit::default()
+        };
         audit.tables.insert("current-store/page_renders".into(), AuditedTable::new(counts));
         // The embedded engine reports no disk figure: no on-disk sample, and not in the total.
         let embedded = TableAudit { bytes_held: 100, bytes_ideal: 100, ..TableAudit::default() };
@@ -239,6 +262,11 @@ mod tests {
         assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"current-store/page_renders\"} 2.5\n"), "{text}");
         assert!(text.contains("revstore_janitor_overstore_on_disk_ratio{table=\"all\"} 2.5\n"), "{text}");
         assert!(!text.contains("revstore_janitor_bytes_on_disk{table=\"old-store/blocks\"}"), "{text}");
+        assert!(text.contains("revstore_janitor_tombstones_per_read_p99{table=\"current-store/page_renders\"} 12\n"), "{text}");
+        assert!(text.contains("revstore_janitor_tombstones_per_read_max{table=\"current-store/page_renders\"} 1001\n"), "{text}");
+        assert!(text.contains("revstore_janitor_largest_partition_bytes{table=\"current-store/page_renders\"} 3145728\n"), "{text}");
+        // Not measured is not reported: no healthy-looking zero for the embedded engine.
+        assert!(!text.contains("revstore_janitor_tombstones_per_read_max{table=\"old-store/blocks\"}"), "{text}");
         assert!(text.contains("revstore_janitor_last_success_timestamp_seconds 1700000000\n"), "{text}");
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");

@@ -1,5 +1,6 @@
 //! The `audit` task every service offers: table by table, what the engine
-//! holds against what readers are entitled to.
+//! holds against what readers are entitled to, and how reads of it fare on
+//! the storage nodes (tombstones per read, the largest partition).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use revstore_api::janitor::{StepReport, TableAudit, Task};
 use revstore_schema::TableDef;
-use revstore_storage::{DiskUsage, ScanPosition, ScanQuery, ScannedPartition, Store, TokenRange};
+use revstore_storage::{DiskUsage, ReadHealth, ScanPosition, ScanQuery, ScannedPartition, Store, TokenRange};
 
 use super::sweep::{Stepped, Sweep, SweepError, SweepPosition};
 
@@ -77,7 +78,9 @@ impl Sweep for AuditSweep {
             }
         };
         // The disk figure is the whole table's: given once, by the step that ends its pass.
-        let on_disk = if held.next.is_none() { self.disk_usage(table).await } else { None };
+        // So are the read-health figures.
+        let (on_disk, health) =
+            if held.next.is_none() { (self.disk_usage(table).await, self.read_health(table).await) } else { (None, None) };
         let audit = TableAudit {
             partitions: held.partitions,
             rows_held: held.rows_held,
@@ -86,6 +89,9 @@ impl Sweep for AuditSweep {
             bytes_ideal,
             bytes_on_disk: on_disk.map(|d| d.bytes),
             disk_resolution_bytes: on_disk.map(|d| d.resolution),
+            tombstones_per_read_p99: health.map(|h| h.tombstones_per_read_p99),
+            tombstones_per_read_max: health.map(|h| h.tombstones_per_read_max),
+            largest_partition_bytes: health.map(|h| h.largest_partition_bytes),
         };
         let next = match &held.next {
             Some(position) => Some(SweepPosition::in_pass(index, Some(position.clone()))),
@@ -108,6 +114,21 @@ impl AuditSweep {
             Ok(usage) => usage,
             Err(e) => {
                 tracing::warn!(table = table.name, error = %e, "the storage did not report the table's disk usage; the audit goes on without it");
+                None
+            }
+        }
+    }
+}
+
+impl AuditSweep {
+    /// How reads of the table fare on the storage nodes, when the engine
+    /// measures it. A node that does not answer leaves the figures absent
+    /// (never a healthy-looking zero), and the audit goes on.
+    async fn read_health(&self, table: &'static TableDef) -> Option<ReadHealth> {
+        match self.store.read_health(table).await {
+            Ok(health) => health,
+            Err(e) => {
+                tracing::warn!(table = table.name, error = %e, "the storage did not report how reads of the table fare; the audit goes on without it");
                 None
             }
         }

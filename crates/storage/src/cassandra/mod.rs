@@ -21,8 +21,8 @@
 
 mod cas;
 pub(crate) mod cql;
-mod disk;
 mod options;
+mod table_metrics;
 mod tls;
 
 pub use options::{CassandraOptions, ConsistencyLevel};
@@ -46,7 +46,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, PurgeStats, ReadQuery, ScanQuery, ScannedPartition, Write};
+use crate::ops::{Cas, CasOutcome, DiskUsage, Holdings, PurgeStats, ReadHealth, ReadQuery, ScanQuery, ScannedPartition, Write};
 use crate::store::{Engine, EngineKind};
 use crate::value::{Row, Value, cmp_keys};
 use cql::{Statement, from_cql};
@@ -481,6 +481,10 @@ impl Engine for CassandraEngine {
 
     async fn disk_usage(&self, table: &'static TableDef) -> StoreResult<Option<DiskUsage>> {
         self.table_disk_usage(table).await
+    }
+
+    async fn read_health(&self, table: &'static TableDef) -> StoreResult<Option<ReadHealth>> {
+        self.table_read_health(table).await
     }
 }
 
