@@ -1,0 +1,865 @@
+//! Weeks of a wiki farm's traffic in simulated time: does any table decay?
+//!
+//! ```text
+//! cargo build --release --workspace --bins
+//! cargo bench -p revstore-integration-tests --bench soak -- [--engine embedded|cassandra]
+//!     [--days 21] [--day-secs 120] [--rate 40] [--seed 1] [--out DIR]
+//! ```
+//!
+//! The whole system runs as in production (three service processes,
+//! current-store handing off to old-store and notifying the graph, old-store
+//! compacting, the janitor binary run on its schedule) on the embedded engine
+//! or on the Cassandra named by `REVSTORE_TEST_CASSANDRA` (one node or the
+//! three-node cluster). Time is compressed by one factor, `F = 86400 /
+//! --day-secs`: a simulated day lasts `--day-secs` real seconds, and every
+//! time constant is divided by `F` — the grace TTL, the clock skew allowed,
+//! the graph's change retention, the janitor's hourly schedule and, on
+//! Cassandra, every table's `gc_grace_seconds` (altered after the services
+//! created them). Declared TTLs that outlast the run (the outbox's four
+//! weeks) are not scaled; nothing in the run waits for them.
+//!
+//! # The farm
+//! The design notes' numbers: 400 domains with hundreds of edits a day, 5 with
+//! tens of thousands, and two with hundreds of thousands (enwiki ~186,000);
+//! page popularity Zipf-skewed within each domain, so hot pages are edited
+//! every few simulated minutes; templates with a long-tailed fan-out (a
+//! page's templates are drawn Zipf-skewed too), whose edits re-render their
+//! dependents through the graph's listing; renders of real Parsoid HTML (the
+//! Anarchism history in `shared/data`, 1-60 KB); page deletions and revision
+//! suppressions; latest reads, old-revision reads, listings (a page's
+//! archived revisions, a template's dependents) and a dump of a domain once
+//! a simulated day.
+//!
+//! This machine cannot write a farm's volume `F` times faster than the farm,
+//! so the load is scaled down too: `--rate` operations a second, which is
+//! `S = farm writes per day / writes per simulated day` times fewer rows per
+//! gc_grace window than the real farm writes. The run says `S`; on Cassandra
+//! the node's tombstone thresholds and partition-size warning must be divided
+//! by about as much (`REVSTORE_CASSANDRA_THRESHOLD_SCALE` of
+//! `deploy/cassandra/cassandra-local`), and the targets below use the node's
+//! own (scaled) thresholds, read from `system_views.settings`.
+//!
+//! # What it reports
+//! Per simulated day, a row of `soak-<engine>.csv` in `--out`: per table the
+//! most tombstones one read scanned and the 99th percentile (the worst node's
+//! `tombstones_per_read`), the largest partition, the bytes on disk; p99 of
+//! latest reads, render writes and listings; the hand-off lag (a probe render
+//! timed into old-store); the janitor's last run time and partitions
+//! visited; the overstore on disk; answers by class. Pictures of the same
+//! (`soak-<engine>-*.svg`), and at the end the targets, each passed or not:
+//! tombstones per read within the warning threshold and not growing, no
+//! partition past the (scaled) warning size, last-day p99 within 1.2x of the
+//! first day's, overstore on disk within 1.3 after the first grace period,
+//! the janitor's run time flat, 0 5xx, 0 acknowledged writes lost.
+
+#![allow(clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use revstore_bench::chart::{LineChart, Series};
+use revstore_bench::{arg, parsed, percentile_ms};
+use revstore_integration_tests::{Engine, Options, System};
+use revstore_keys::TidGenerator;
+use revstore_storage::{CassandraEngine, CassandraOptions, Store};
+use serde_json::{Value as Json, json};
+
+/// The two large wikis, edits a day (enwiki's is the design notes' figure).
+const LARGE: [(&str, u64); 2] = [("en.wikipedia.org", 186_000), ("de.wikipedia.org", 60_000)];
+/// Medium wikis: how many, and edits a day each.
+const MEDIUM: (usize, u64) = (5, 30_000);
+/// Small wikis: how many; their edits a day spread evenly over 100-900.
+const SMALL: usize = 400;
+
+#[derive(Debug, Clone)]
+struct Domain {
+    name: String,
+    /// Edits a day, of the real farm.
+    edits_per_day: u64,
+    /// Pages the soak's share of the domain's edits spreads over.
+    pages: u64,
+    templates: u64,
+}
+
+/// The farm, largest domains first.
+fn farm() -> Vec<Domain> {
+    let mut domains: Vec<Domain> =
+        LARGE.iter().map(|(name, edits)| Domain { name: (*name).to_owned(), edits_per_day: *edits, pages: 0, templates: 0 }).collect();
+    for i in 0..MEDIUM.0 {
+        domains.push(Domain { name: format!("wiki{i}.wikisource.org"), edits_per_day: MEDIUM.1, pages: 0, templates: 0 });
+    }
+    for i in 0..SMALL {
+        let edits = 100 + (i as u64 * 800) / SMALL as u64;
+        domains.push(Domain { name: format!("wiki{i}.wiktionary.org"), edits_per_day: edits, pages: 0, templates: 0 });
+    }
+    domains
+}
+
+/// A Zipf-skewed index in `0..n` (s = 1): index k is drawn with weight 1/(k+1).
+fn zipf(rng: &mut StdRng, n: u64) -> u64 {
+    // Inverse of the continuous approximation: H(x) ~ ln(x + 1).
+    let u: f64 = rng.random();
+    let x = ((n as f64 + 1.0).ln() * u).exp() - 1.0;
+    (x as u64).min(n.saturating_sub(1))
+}
+
+#[derive(Debug, Default, Clone)]
+struct PageState {
+    rev: u64,
+    tid: String,
+    deleted: bool,
+    ever_deleted: bool,
+    /// Revisions written, newest last (the last 16), and those suppressed.
+    revs: Vec<u64>,
+    suppressed: Vec<u64>,
+    has_deps: bool,
+}
+
+/// What the run has acknowledged, and the farm's revision counters.
+#[derive(Debug, Default)]
+struct FarmState {
+    pages: BTreeMap<(usize, String), PageState>,
+    next_rev: Vec<u64>,
+}
+
+/// Latencies and answers of one simulated day.
+#[derive(Debug, Default)]
+struct DayStats {
+    latest_reads: Vec<Duration>,
+    render_writes: Vec<Duration>,
+    listings: Vec<Duration>,
+    old_reads: Vec<Duration>,
+    server_errors: u64,
+    client_errors: u64,
+    not_found: u64,
+    answers: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    LatestRead,
+    RenderWrite,
+    Listing,
+    OldRead,
+    Other,
+}
+
+struct Run {
+    system: System,
+    domains: Vec<Domain>,
+    state: Mutex<FarmState>,
+    days: Mutex<Vec<DayStats>>,
+    tids: TidGenerator,
+    bodies: Vec<Vec<u8>>,
+    started: Instant,
+    day_secs: f64,
+    seed: u64,
+    /// Acknowledged writes and the 5xx answers, over the whole run.
+    acknowledged: AtomicU64,
+}
+
+impl Run {
+    fn day(&self) -> usize {
+        (self.started.elapsed().as_secs_f64() / self.day_secs) as usize
+    }
+
+    fn record(&self, kind: Kind, took: Duration, status: u16) {
+        let day = self.day();
+        let mut days = self.days.lock().expect("lock");
+        while days.len() <= day {
+            days.push(DayStats::default());
+        }
+        let stats = &mut days[day];
+        stats.answers += 1;
+        match status {
+            500.. => stats.server_errors += 1,
+            404 | 410 => stats.not_found += 1,
+            400..=499 => stats.client_errors += 1,
+            _ => match kind {
+                Kind::LatestRead => stats.latest_reads.push(took),
+                Kind::RenderWrite => stats.render_writes.push(took),
+                Kind::Listing => stats.listings.push(took),
+                Kind::OldRead => stats.old_reads.push(took),
+                Kind::Other => {}
+            },
+        }
+    }
+
+    async fn call(&self, kind: Kind, request: reqwest::RequestBuilder) -> (u16, Vec<u8>) {
+        let started = Instant::now();
+        let (status, body) = match request.timeout(Duration::from_secs(60)).send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                (status, response.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+            }
+            // No answer counts as a server error: the client saw none.
+            Err(_) => (599, Vec::new()),
+        };
+        self.record(kind, started.elapsed(), status);
+        (status, body)
+    }
+
+    /// Renders a new revision of `title` (or the same revision again, for a
+    /// template's dependent), and remembers it once acknowledged.
+    async fn render(&self, domain: usize, title: &str, new_revision: bool, rng: &mut StdRng) {
+        let rev = {
+            let mut state = self.state.lock().expect("lock");
+            let next = state.next_rev[domain] + 1;
+            let page = state.pages.entry((domain, title.to_owned())).or_default();
+            if new_revision || page.rev == 0 || page.deleted {
+                state.next_rev[domain] = next;
+                next
+            } else {
+                page.rev
+            }
+        };
+        let tid = self.tids.next().to_string();
+        let body = self.bodies[rng.random_range(0..self.bodies.len())].clone();
+        let name = &self.domains[domain].name;
+        let url = self.system.current.url(&format!("/{name}/v1/page/{}/{rev}/{tid}", encode(title)));
+        let request = self.system.http.put(url).bearer_auth(&self.system.token).header("content-type", "application/json").body(body);
+        let (status, _) = self.call(Kind::RenderWrite, request).await;
+        if status == 201 || status == 200 {
+            self.acknowledged.fetch_add(1, Ordering::Relaxed);
+            let mut state = self.state.lock().expect("lock");
+            let page = state.pages.entry((domain, title.to_owned())).or_default();
+            if rev > page.rev || (rev == page.rev && tid > page.tid) {
+                page.rev = rev;
+                page.tid = tid;
+                page.deleted = false;
+            }
+            if page.revs.last() != Some(&rev) {
+                page.revs.push(rev);
+                if page.revs.len() > 16 {
+                    page.revs.remove(0);
+                }
+            }
+        }
+    }
+
+    /// One operation of the farm, drawn from `i`.
+    async fn operation(self: Arc<Self>, i: u64, weights: Arc<Vec<f64>>) {
+        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i);
+        // The domain, by its share of the farm's edits.
+        let pick: f64 = rng.random();
+        let domain = weights.partition_point(|w| *w < pick).min(self.domains.len() - 1);
+        let d = self.domains[domain].clone();
+        let page = zipf(&mut rng, d.pages);
+        let title = format!("Soak_page_{page}");
+        let roll: f64 = rng.random();
+        match roll {
+            // An edit: a new revision, its templates declared on the first.
+            r if r < 0.30 => {
+                let declare = !self.state.lock().expect("lock").pages.get(&(domain, title.clone())).is_some_and(|p| p.has_deps);
+                if declare {
+                    let edges: Vec<Json> = (0..1 + rng.random_range(0..3))
+                        .map(|_| json!({"parent": template_title(zipf(&mut rng, d.templates)), "type": "modification", "priority": 500}))
+                        .collect();
+                    let url = self.system.graph.url(&format!("/{}/v1/deps/{}", d.name, encode(&title)));
+                    let request = self.system.http.put(url).bearer_auth(&self.system.token).json(&json!({"edges": edges}));
+                    let (status, _) = self.call(Kind::Other, request).await;
+                    if status < 300 {
+                        self.state.lock().expect("lock").pages.entry((domain, title.clone())).or_default().has_deps = true;
+                    }
+                }
+                self.render(domain, &title, true, &mut rng).await;
+            }
+            // A template edit: the template's new revision, then its
+            // dependents re-rendered, as far as one page of the listing goes.
+            r if r < 0.31 => {
+                let template = template_title(zipf(&mut rng, d.templates));
+                self.render(domain, &template, true, &mut rng).await;
+                let url = self.system.graph.url(&format!("/{}/v1/dependents/{}?limit=50", d.name, encode(&template)));
+                let (status, body) = self.call(Kind::Listing, self.system.http.get(url)).await;
+                if status == 200 {
+                    let listed: Json = serde_json::from_slice(&body).unwrap_or(Json::Null);
+                    let children: Vec<String> = listed["items"]
+                        .as_array()
+                        .map(|items| items.iter().filter_map(|e| e["child"].as_str().map(str::to_owned)).take(10).collect())
+                        .unwrap_or_default();
+                    for child in children {
+                        self.render(domain, &child, false, &mut rng).await;
+                    }
+                }
+            }
+            // A deletion (and the graph forgets the page).
+            r if r < 0.312 => {
+                let url = self.system.current.url(&format!("/{}/v1/page/{}", d.name, encode(&title)));
+                let (status, _) = self.call(Kind::Other, self.system.http.delete(url).bearer_auth(&self.system.token)).await;
+                if status < 300 {
+                    {
+                        let mut state = self.state.lock().expect("lock");
+                        let p = state.pages.entry((domain, title.clone())).or_default();
+                        p.deleted = true;
+                        p.ever_deleted = true;
+                        p.has_deps = false;
+                    }
+                    let url = self.system.graph.url(&format!("/{}/v1/deps/{}", d.name, encode(&title)));
+                    self.call(Kind::Other, self.system.http.delete(url).bearer_auth(&self.system.token)).await;
+                }
+            }
+            // A suppression of an older revision.
+            r if r < 0.314 => {
+                let older = {
+                    let state = self.state.lock().expect("lock");
+                    state.pages.get(&(domain, title.clone())).and_then(|p| (p.revs.len() > 1).then(|| p.revs[0]))
+                };
+                if let Some(rev) = older {
+                    let url = self.system.current.url(&format!("/{}/v1/page/{}/{rev}/suppress", d.name, encode(&title)));
+                    let (status, _) = self.call(Kind::Other, self.system.http.post(url).bearer_auth(&self.system.token)).await;
+                    if status < 300 {
+                        let mut state = self.state.lock().expect("lock");
+                        state.pages.entry((domain, title.clone())).or_default().suppressed.push(rev);
+                    }
+                }
+            }
+            // An old revision, through current-store (which reads old-store
+            // for what it no longer holds).
+            r if r < 0.40 => {
+                let older = {
+                    let state = self.state.lock().expect("lock");
+                    state.pages.get(&(domain, title.clone())).filter(|p| !p.deleted).and_then(|p| {
+                        let candidates: Vec<u64> = p.revs.iter().rev().skip(1).filter(|r| !p.suppressed.contains(r)).copied().collect();
+                        candidates.first().copied()
+                    })
+                };
+                if let Some(rev) = older {
+                    let url = self.system.current.url(&format!("/{}/v1/page/html/{}/{rev}", d.name, encode(&title)));
+                    self.call(Kind::OldRead, self.system.http.get(url)).await;
+                }
+            }
+            // A listing of the page's archived revisions.
+            r if r < 0.43 => {
+                let url = self.system.old.url(&format!("/{}/v1/archive/revisions/{}?limit=50", d.name, encode(&title)));
+                self.call(Kind::Listing, self.system.http.get(url)).await;
+            }
+            // The latest render: most of the traffic.
+            _ => {
+                let url = self.system.current.url(&format!("/{}/v1/page/html/{}", d.name, encode(&title)));
+                self.call(Kind::LatestRead, self.system.http.get(url)).await;
+            }
+        }
+    }
+}
+
+fn template_title(template: u64) -> String {
+    format!("Template:Soak_{template}")
+}
+
+/// A title as a path segment (the soak's titles are ASCII; `:` and `_` stay).
+fn encode(title: &str) -> String {
+    title.replace('/', "%2F").replace(' ', "_")
+}
+
+/// One run of the janitor binary.
+#[derive(Debug, Clone, Copy)]
+struct JanitorRun {
+    seconds: f64,
+    /// Partitions its sweeps visited (the audit's excepted: it reads every table).
+    partitions: u64,
+    overstore_on_disk: Option<f64>,
+    completed: bool,
+}
+
+/// One table's figures on one simulated day.
+#[derive(Debug, Clone, Default)]
+struct TableDay {
+    tombstones_max: u64,
+    tombstones_p99: u64,
+    largest_partition: u64,
+    bytes_on_disk: u64,
+}
+
+/// One simulated day's row of the timeline.
+#[derive(Debug, Clone, Default)]
+struct Timeline {
+    day: usize,
+    tables: BTreeMap<String, TableDay>,
+    latest_p99_ms: f64,
+    write_p99_ms: f64,
+    listing_p99_ms: f64,
+    old_read_p99_ms: f64,
+    hand_off_lag_secs: f64,
+    janitor_secs: f64,
+    janitor_partitions: u64,
+    overstore_on_disk: Option<f64>,
+    server_errors: u64,
+    answers: u64,
+    data_dir_bytes: u64,
+}
+
+/// The stores of the services' keyspaces, to ask the nodes for their figures.
+async fn keyspace_stores(system: &System) -> Vec<(&'static str, Store)> {
+    let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("REVSTORE_TEST_CASSANDRA");
+    let mut stores = Vec::new();
+    for service in [&system.current, &system.old, &system.graph] {
+        let keyspace = service.keyspace.clone().expect("a keyspace");
+        let engine = CassandraEngine::connect(CassandraOptions::new(node.split(',').map(str::trim), keyspace)).await.expect("connect");
+        stores.push((service.name, Store::new(Arc::new(engine))));
+    }
+    stores
+}
+
+/// Every table's read health and disk figure, from the nodes.
+async fn table_figures(stores: &[(&'static str, Store)]) -> BTreeMap<String, TableDay> {
+    let mut tables = BTreeMap::new();
+    for (service, store) in stores {
+        let component = revstore_schema::version::component(service).expect("a component");
+        for table in component.tables {
+            let health = store.read_health(table).await.ok().flatten().unwrap_or_default();
+            let disk = store.disk_usage(table).await.ok().flatten().unwrap_or_default();
+            tables.insert(
+                format!("{service}/{}", table.name),
+                TableDay {
+                    tombstones_max: health.tombstones_per_read_max,
+                    tombstones_p99: health.tombstones_per_read_p99,
+                    largest_partition: health.largest_partition_bytes,
+                    bytes_on_disk: disk.bytes,
+                },
+            );
+        }
+    }
+    tables
+}
+
+/// A node setting from `system_views.settings` (the thresholds it was started with).
+async fn node_setting(name: &str) -> Option<String> {
+    let node = std::env::var("REVSTORE_TEST_CASSANDRA").ok()?;
+    let session = scylla::client::session_builder::SessionBuilder::new().known_nodes(node.split(',').map(str::trim)).build().await.ok()?;
+    let result = session.query_unpaged("SELECT value FROM system_views.settings WHERE name = ?", (name,)).await.ok()?;
+    let rows = result.into_rows_result().ok()?;
+    rows.maybe_first_row::<(Option<String>,)>().ok()?.and_then(|(v,)| v)
+}
+
+fn dir_bytes(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Times one probe render from its acknowledgement into old-store.
+async fn hand_off_lag(run: &Run) -> f64 {
+    let tid = run.tids.next().to_string();
+    let probe = format!("Soak_probe_{}", run.day());
+    let name = &run.domains[0].name;
+    let url = run.system.current.url(&format!("/{name}/v1/page/{probe}/1/{tid}"));
+    let body = run.bodies[0].clone();
+    let request = run.system.http.put(url).bearer_auth(&run.system.token).header("content-type", "application/json").body(body);
+    let Ok(response) = request.send().await else { return f64::NAN };
+    if !response.status().is_success() {
+        return f64::NAN;
+    }
+    let acknowledged = Instant::now();
+    let archived = run.system.old.url(&format!("/{name}/v1/archive/html/{probe}/1/{tid}"));
+    while acknowledged.elapsed() < Duration::from_secs(600) {
+        if run.system.http.get(&archived).send().await.is_ok_and(|r| r.status().is_success()) {
+            return acknowledged.elapsed().as_secs_f64();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f64::INFINITY
+}
+
+#[tokio::main]
+async fn main() {
+    let engine = match arg("--engine").as_deref().unwrap_or("embedded") {
+        "embedded" => Engine::Embedded,
+        "cassandra" => Engine::Cassandra,
+        other => panic!("--engine: embedded or cassandra, not {other:?}"),
+    };
+    let days: usize = parsed("--days", 21);
+    let day_secs: f64 = parsed("--day-secs", 120.0);
+    let rate: f64 = parsed("--rate", 40.0);
+    let seed: u64 = parsed("--seed", 1);
+    let out = PathBuf::from(arg("--out").unwrap_or_else(|| "target/soak".to_owned()));
+    std::fs::create_dir_all(&out).expect("--out");
+    let factor = 86_400.0 / day_secs;
+    let scaled = |secs: f64, floor: f64| ((secs / factor).round()).max(floor) as u64;
+
+    // The load: operations a second, ~30% of them edits, each edit ~1.5 renders.
+    let mut domains = farm();
+    let farm_edits: u64 = domains.iter().map(|d| d.edits_per_day).sum();
+    let edits_per_sim_day = rate * day_secs * 0.30;
+    let load_scale = farm_edits as f64 / edits_per_sim_day;
+    for d in &mut domains {
+        // Enough pages that the hottest is edited every few simulated minutes
+        // and the tail is touched rarely: the soak's share times 20.
+        let share = d.edits_per_day as f64 / load_scale;
+        d.pages = ((share * 20.0) as u64).clamp(20, 200_000);
+        d.templates = (d.pages / 20).clamp(5, 2_000);
+    }
+    let total: f64 = domains.iter().map(|d| d.edits_per_day as f64).sum();
+    let mut cumulative = 0.0;
+    let weights: Vec<f64> = domains
+        .iter()
+        .map(|d| {
+            cumulative += d.edits_per_day as f64 / total;
+            cumulative
+        })
+        .collect();
+
+    let grace = scaled(86_400.0, 1.0);
+    let options = Options {
+        grace_ttl_secs: grace,
+        clock_skew_secs: scaled(300.0, 0.0),
+        env: vec![("REVSTORE_GRAPH_CHANGE_RETENTION_SECS".into(), scaled(30.0 * 86_400.0, 60.0).to_string())],
+        ..Options::default()
+    };
+    let janitor_every = Duration::from_secs_f64((3600.0 / factor).max(1.0));
+    println!(
+        "soak on {engine:?}: {days} simulated days of {day_secs} s (time factor {factor:.0}); farm {} domains, {farm_edits} edits a day; \
+         here {rate} operations/s, {edits_per_sim_day:.0} edits a simulated day: load scale {load_scale:.0}; grace TTL {grace} s, \
+         janitor every {:.1} s",
+        domains.len(),
+        janitor_every.as_secs_f64()
+    );
+
+    let system = System::start(engine, options).await;
+    let stores = if engine == Engine::Cassandra { keyspace_stores(&system).await } else { Vec::new() };
+    let mut warn_threshold = None;
+    if !stores.is_empty() {
+        // Every table's gc_grace_seconds, scaled by the time factor.
+        let node = std::env::var("REVSTORE_TEST_CASSANDRA").expect("node");
+        let session = scylla::client::session_builder::SessionBuilder::new()
+            .known_nodes(node.split(',').map(str::trim))
+            .build()
+            .await
+            .expect("session");
+        for service in [&system.current, &system.old, &system.graph] {
+            let keyspace = service.keyspace.clone().expect("keyspace");
+            let result = session
+                .query_unpaged("SELECT table_name, gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = ?", (&keyspace,))
+                .await
+                .expect("tables");
+            let rows: Vec<(String, i32)> = result.into_rows_result().expect("rows").rows().expect("typed").flatten().collect();
+            for (table, gc_grace) in rows {
+                let to = scaled(f64::from(gc_grace), 1.0);
+                let alter = format!("ALTER TABLE \"{keyspace}\".\"{table}\" WITH gc_grace_seconds = {to}");
+                session.query_unpaged(alter, ()).await.expect("alter gc_grace_seconds");
+            }
+        }
+        session.await_schema_agreement().await.expect("schema agreement");
+        warn_threshold = node_setting("tombstone_warn_threshold").await.and_then(|v| v.parse::<u64>().ok());
+        let failure = node_setting("tombstone_failure_threshold").await;
+        println!("node thresholds: tombstone warning {warn_threshold:?}, failure {failure:?}; gc_grace_seconds divided by {factor:.0}");
+    }
+
+    let html = revstore_testdata::anarchism_html();
+    let bodies: Vec<Vec<u8>> = html
+        .iter()
+        .map(|h| json!({"html": h, "data-parsoid": {"ids": {}}, "section-offsets": {"mwAQ": {"html": [0, 10], "wt": [0, 5]}}}))
+        .map(|v| v.to_string().into_bytes())
+        .collect();
+    let run = Arc::new(Run {
+        state: Mutex::new(FarmState { next_rev: vec![0; domains.len()], ..FarmState::default() }),
+        domains,
+        system,
+        days: Mutex::new(Vec::new()),
+        tids: TidGenerator::new(),
+        bodies,
+        started: Instant::now(),
+        day_secs,
+        seed,
+        acknowledged: AtomicU64::new(0),
+    });
+    let weights = Arc::new(weights);
+
+    // The janitor on its (scaled) schedule: a run starts every interval, or
+    // as soon as the last one ended when it took longer.
+    let janitor_runs: Arc<Mutex<Vec<JanitorRun>>> = Arc::default();
+    let janitor = {
+        let (run, runs) = (run.clone(), janitor_runs.clone());
+        tokio::spawn(async move {
+            let end = Duration::from_secs_f64(days as f64 * run.day_secs);
+            while run.started.elapsed() < end {
+                let started = Instant::now();
+                let system_run = run.clone();
+                let output =
+                    tokio::task::spawn_blocking(move || system_run.system.janitor(&["--ops-per-sec", "0"])).await.expect("janitor");
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                let summary: Json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Json::Null);
+                let partitions: u64 = summary["tasks"]
+                    .as_object()
+                    .map(|tasks| {
+                        tasks
+                            .iter()
+                            .filter(|(name, _)| name.as_str() != "audit")
+                            .flat_map(|(_, t)| t["services"].as_object().into_iter().flatten())
+                            .map(|(_, s)| s["partitions"].as_u64().unwrap_or(0))
+                            .sum()
+                    })
+                    .unwrap_or(0);
+                // The disk's figure where the storage reports one (Cassandra);
+                // the embedded engine's held bytes count what it has not purged.
+                let audit = &summary["tasks"]["audit"];
+                let overstore = audit["overstore_on_disk"].as_f64().or_else(|| audit["overstore_ratio"].as_f64());
+                let finished = JanitorRun {
+                    seconds: started.elapsed().as_secs_f64(),
+                    partitions,
+                    overstore_on_disk: overstore,
+                    completed: output.status.success(),
+                };
+                runs.lock().expect("lock").push(finished);
+                if let Some(wait) = janitor_every.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        })
+    };
+
+    // The farm's operations, open loop at `rate`: operation i is due at i / rate.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
+    let total_ops = (rate * day_secs * days as f64) as u64;
+    let mut timeline: Vec<Timeline> = Vec::new();
+    let mut next_day = 1usize;
+    for i in 0..total_ops {
+        let due = Duration::from_secs_f64(i as f64 / rate);
+        if let Some(wait) = due.checked_sub(run.started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        if run.day() >= next_day {
+            timeline.push(sample(&run, &stores, next_day - 1, &janitor_runs).await);
+            print_day(timeline.last().expect("a day"));
+            next_day += 1;
+        }
+        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
+        let (run, weights) = (run.clone(), weights.clone());
+        tokio::spawn(async move {
+            run.operation(i, weights).await;
+            drop(permit);
+        });
+    }
+    let _ = in_flight.acquire_many(64).await;
+    janitor.await.expect("janitor loop");
+    timeline.push(sample(&run, &stores, next_day - 1, &janitor_runs).await);
+    print_day(timeline.last().expect("a day"));
+
+    let lost = lost_writes(&run).await;
+    write_csv(&out, engine, &timeline);
+    draw(&out, engine, &timeline);
+    targets(&timeline, warn_threshold, lost, run.acknowledged.load(Ordering::Relaxed));
+}
+
+/// The day's row: the nodes' figures, the day's latencies, a probe's hand-off lag, the janitor's last run.
+async fn sample(run: &Run, stores: &[(&'static str, Store)], day: usize, janitor_runs: &Mutex<Vec<JanitorRun>>) -> Timeline {
+    let tables = table_figures(stores).await;
+    let lag = hand_off_lag(run).await;
+    let (stats, janitor) = {
+        let mut days = run.days.lock().expect("lock");
+        while days.len() <= day {
+            days.push(DayStats::default());
+        }
+        let stats = std::mem::take(&mut days[day]);
+        (stats, janitor_runs.lock().expect("lock").iter().rev().find(|r| r.completed).copied())
+    };
+    let p99 = |mut v: Vec<Duration>| {
+        v.sort();
+        percentile_ms(&v, 0.99)
+    };
+    let overstore = janitor_runs.lock().expect("lock").iter().rev().find_map(|r| r.overstore_on_disk);
+    Timeline {
+        day,
+        tables,
+        latest_p99_ms: p99(stats.latest_reads),
+        write_p99_ms: p99(stats.render_writes),
+        listing_p99_ms: p99(stats.listings),
+        old_read_p99_ms: p99(stats.old_reads),
+        hand_off_lag_secs: lag,
+        janitor_secs: janitor.map_or(f64::NAN, |j| j.seconds),
+        janitor_partitions: janitor.map_or(0, |j| j.partitions),
+        overstore_on_disk: overstore,
+        server_errors: stats.server_errors,
+        answers: stats.answers,
+        data_dir_bytes: dir_bytes(run.system.dir()),
+    }
+}
+
+fn print_day(t: &Timeline) {
+    let worst = t.tables.iter().max_by_key(|(_, d)| d.tombstones_max);
+    println!(
+        "day {:>3}: answers {:>7}, 5xx {}; p99 latest {:.1} ms, write {:.1} ms, listing {:.1} ms, old {:.1} ms; hand-off {:.2} s; \
+         janitor {:.1} s over {} partitions; overstore on disk {}; most tombstones/read {} ({}); data dirs {:.1} MiB",
+        t.day,
+        t.answers,
+        t.server_errors,
+        t.latest_p99_ms,
+        t.write_p99_ms,
+        t.listing_p99_ms,
+        t.old_read_p99_ms,
+        t.hand_off_lag_secs,
+        t.janitor_secs,
+        t.janitor_partitions,
+        t.overstore_on_disk.map_or("-".to_owned(), |r| format!("{r:.2}")),
+        worst.map_or(0, |(_, d)| d.tombstones_max),
+        worst.map_or("-", |(name, _)| name.as_str()),
+        t.data_dir_bytes as f64 / 1048576.0,
+    );
+}
+
+/// Every page's latest acknowledged render, read back by its revision and
+/// tid (pages never deleted): one that is not there is a lost write.
+async fn lost_writes(run: &Run) -> u64 {
+    let pages: Vec<((usize, String), PageState)> = run
+        .state
+        .lock()
+        .expect("lock")
+        .pages
+        .iter()
+        .filter(|(_, p)| !p.ever_deleted && p.rev > 0)
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    let mut lost = 0;
+    for chunk in pages.chunks(32) {
+        let checks = chunk.iter().map(|((domain, title), page)| {
+            let url = run.system.current.url(&format!("/{}/v1/page/title/{}", run.domains[*domain].name, encode(title)));
+            let http = run.system.http.clone();
+            let (rev, tid) = (page.rev, page.tid.clone());
+            async move {
+                let Ok(response) = http.get(url).send().await else { return false };
+                let latest: Json = response.json().await.unwrap_or(Json::Null);
+                // The latest is this render or a later one (a later one is a
+                // render the soak sent and another answer beat it to the state).
+                latest["rev"].as_u64().is_some_and(|r| r > rev || (r == rev && latest["tid"].as_str().is_some_and(|t| t >= tid.as_str())))
+            }
+        });
+        lost += futures_util::future::join_all(checks).await.into_iter().filter(|ok| !ok).count() as u64;
+    }
+    println!("read back the latest render of {} pages: {lost} lost", pages.len());
+    lost
+}
+
+fn write_csv(out: &std::path::Path, engine: Engine, timeline: &[Timeline]) {
+    let tables: Vec<String> =
+        timeline.iter().flat_map(|t| t.tables.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut csv = String::from(
+        "day,answers,server_errors,latest_p99_ms,write_p99_ms,listing_p99_ms,old_read_p99_ms,hand_off_lag_secs,janitor_secs,janitor_partitions,overstore_on_disk,data_dir_bytes",
+    );
+    for table in &tables {
+        csv.push_str(&format!(",{table} tombstones_max,{table} tombstones_p99,{table} largest_partition,{table} bytes_on_disk"));
+    }
+    csv.push('\n');
+    for t in timeline {
+        csv.push_str(&format!(
+            "{},{},{},{:.2},{:.2},{:.2},{:.2},{:.3},{:.2},{},{},{}",
+            t.day,
+            t.answers,
+            t.server_errors,
+            t.latest_p99_ms,
+            t.write_p99_ms,
+            t.listing_p99_ms,
+            t.old_read_p99_ms,
+            t.hand_off_lag_secs,
+            t.janitor_secs,
+            t.janitor_partitions,
+            t.overstore_on_disk.map_or(String::new(), |r| format!("{r:.3}")),
+            t.data_dir_bytes
+        ));
+        for table in &tables {
+            let d = t.tables.get(table).cloned().unwrap_or_default();
+            csv.push_str(&format!(",{},{},{},{}", d.tombstones_max, d.tombstones_p99, d.largest_partition, d.bytes_on_disk));
+        }
+        csv.push('\n');
+    }
+    let path = out.join(format!("soak-{}.csv", engine_name(engine)));
+    std::fs::write(&path, csv).expect("write the timeline");
+    println!("timeline: {}", path.display());
+}
+
+fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Embedded => "embedded",
+        Engine::Cassandra => "cassandra",
+    }
+}
+
+fn draw(out: &std::path::Path, engine: Engine, timeline: &[Timeline]) {
+    let name = engine_name(engine);
+    let day = |t: &Timeline| t.day as f64 + 1.0;
+    let latencies = LineChart {
+        title: format!("p99 per simulated day ({name})"),
+        x_label: "simulated day".into(),
+        y_label: "ms".into(),
+        log_y: false,
+        series: vec![
+            Series::new("latest read", timeline.iter().map(|t| (day(t), t.latest_p99_ms)).filter(|p| p.1.is_finite()).collect()),
+            Series::new("render write", timeline.iter().map(|t| (day(t), t.write_p99_ms)).filter(|p| p.1.is_finite()).collect()),
+            Series::new("listing", timeline.iter().map(|t| (day(t), t.listing_p99_ms)).filter(|p| p.1.is_finite()).collect()),
+        ],
+    };
+    let _ = latencies.write(&out.join(format!("soak-{name}-latency.svg")));
+    let janitor = LineChart {
+        title: format!("janitor run and hand-off lag per simulated day ({name})"),
+        x_label: "simulated day".into(),
+        y_label: "seconds".into(),
+        log_y: false,
+        series: vec![
+            Series::new("janitor run", timeline.iter().map(|t| (day(t), t.janitor_secs)).filter(|p| p.1.is_finite()).collect()),
+            Series::new("hand-off lag", timeline.iter().map(|t| (day(t), t.hand_off_lag_secs)).filter(|p| p.1.is_finite()).collect()),
+        ],
+    };
+    let _ = janitor.write(&out.join(format!("soak-{name}-janitor.svg")));
+    if engine == Engine::Cassandra {
+        let mut worst: Vec<(String, u64)> =
+            timeline.last().map(|t| t.tables.iter().map(|(n, d)| (n.clone(), d.tombstones_max)).collect()).unwrap_or_default();
+        worst.sort_by_key(|(_, most)| std::cmp::Reverse(*most));
+        let series = worst
+            .iter()
+            .take(5)
+            .map(|(table, _)| {
+                Series::new(
+                    table.clone(),
+                    timeline.iter().map(|t| (day(t), t.tables.get(table).map_or(0.0, |d| d.tombstones_max as f64))).collect(),
+                )
+            })
+            .collect();
+        let tombstones = LineChart {
+            title: "most tombstones scanned by one read".into(),
+            x_label: "simulated day".into(),
+            y_label: "tombstones".into(),
+            log_y: false,
+            series,
+        };
+        let _ = tombstones.write(&out.join(format!("soak-{name}-tombstones.svg")));
+    }
+}
+
+/// The issue's targets, each passed or not.
+fn targets(timeline: &[Timeline], warn_threshold: Option<u64>, lost: u64, acknowledged: u64) {
+    let full: Vec<&Timeline> = timeline.iter().filter(|t| t.answers > 0).collect();
+    let (Some(first), Some(last)) = (full.first(), full.last()) else { return };
+    let verdict = |ok: bool| if ok { "met" } else { "NOT MET" };
+    if let Some(threshold) = warn_threshold {
+        let worst = full.iter().flat_map(|t| t.tables.values().map(|d| d.tombstones_max)).max().unwrap_or(0);
+        println!("tombstones per read: most {worst}, threshold {threshold}: {}", verdict(worst <= threshold));
+        let largest = full.iter().flat_map(|t| t.tables.values().map(|d| d.largest_partition)).max().unwrap_or(0);
+        println!("largest partition: {:.1} MiB: {}", largest as f64 / 1048576.0, verdict(largest <= 100 << 20));
+    }
+    for (name, a, b) in [
+        ("latest reads", first.latest_p99_ms, last.latest_p99_ms),
+        ("render writes", first.write_p99_ms, last.write_p99_ms),
+        ("listings", first.listing_p99_ms, last.listing_p99_ms),
+        ("hand-off lag", first.hand_off_lag_secs, last.hand_off_lag_secs),
+    ] {
+        println!("{name}: first day {a:.2}, last day {b:.2}, ratio {:.2}: {}", b / a, verdict(b <= a * 1.2 || b - a < 5.0));
+    }
+    let after_grace: Vec<f64> = full.iter().skip(1).filter_map(|t| t.overstore_on_disk).collect();
+    if !after_grace.is_empty() {
+        let worst = after_grace.iter().copied().fold(0.0, f64::max);
+        println!("overstore on disk after the first grace period: at most {worst:.2}: {}", verdict(worst <= 1.3));
+    }
+    println!("janitor: first day {:.1} s, last day {:.1} s", first.janitor_secs, last.janitor_secs);
+    let errors: u64 = full.iter().map(|t| t.server_errors).sum();
+    println!("5xx: {errors}: {}", verdict(errors == 0));
+    println!("acknowledged writes {acknowledged}, lost {lost}: {}", verdict(lost == 0));
+}
