@@ -630,6 +630,14 @@ async fn the_overstore_on_disk_is_measured_and_compaction_brings_it_to_the_ideal
     let total: f64 = total.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no total on-disk ratio: {exported}"));
     assert!((total - after.ratio).abs() < 1e-9, "the metric {total} is the summary's {}", after.ratio);
     assert!(exported.contains("revstore_janitor_bytes_on_disk{table=\"current-store/page_renders\"} "), "{exported}");
+    // The decay alerts' series (RevstoreTombstonesPerRead and the others), from the nodes.
+    for series in ["tombstones_per_read_p99", "tombstones_per_read_max", "largest_partition_bytes"] {
+        let sample = format!("revstore_janitor_{series}{{table=\"current-store/page_renders\"}} ");
+        assert!(exported.contains(&sample), "no {sample}in {exported}");
+    }
+    // Compacted, the renders are in SSTables: their largest partition is known.
+    let largest = &after_json["tasks"]["audit"]["tables"]["current-store/page_renders"]["largest_partition_bytes"];
+    assert!(largest.as_u64().is_some_and(|b| b > 0), "{after_json}");
     eprintln!("on disk: before the janitor {before}; after its run {after_run}; after compaction {after}");
     // Compaction freed what the nodes kept beyond their rounding, and the disk
     // is near the ideal after it (the reported figure is an upper bound).
