@@ -526,7 +526,7 @@ async fn main() {
     );
 
     let system = System::start(engine, options).await;
-    let stores = if engine == Engine::Cassandra { keyspace_stores(&system).await } else { Vec::new() };
+    let stores: Vec<(&'static str, Store)> = if engine == Engine::Cassandra { keyspace_stores(&system).await } else { Vec::new() };
     let mut warn_threshold = None;
     if !stores.is_empty() {
         // Every table's gc_grace_seconds, scaled by the time factor.
@@ -618,20 +618,33 @@ async fn main() {
         })
     };
 
+    // Each simulated day's row, taken as the next day begins (beside the
+    // load, which does not wait for it).
+    let stores = Arc::new(stores);
+    let sampler = {
+        let (run, stores, janitor_runs) = (run.clone(), stores.clone(), janitor_runs.clone());
+        tokio::spawn(async move {
+            let mut timeline = Vec::new();
+            for day in 0..days {
+                let end = Duration::from_secs_f64((day + 1) as f64 * run.day_secs);
+                if let Some(wait) = end.checked_sub(run.started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+                let row = sample(&run, &stores, day, &janitor_runs).await;
+                print_day(&row);
+                timeline.push(row);
+            }
+            timeline
+        })
+    };
+
     // The farm's operations, open loop at `rate`: operation i is due at i / rate.
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let total_ops = (rate * day_secs * days as f64) as u64;
-    let mut timeline: Vec<Timeline> = Vec::new();
-    let mut next_day = 1usize;
     for i in 0..total_ops {
         let due = Duration::from_secs_f64(i as f64 / rate);
         if let Some(wait) = due.checked_sub(run.started.elapsed()) {
             tokio::time::sleep(wait).await;
-        }
-        if run.day() >= next_day {
-            timeline.push(sample(&run, &stores, next_day - 1, &janitor_runs).await);
-            print_day(timeline.last().expect("a day"));
-            next_day += 1;
         }
         let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
         let (run, weights) = (run.clone(), weights.clone());
@@ -641,9 +654,8 @@ async fn main() {
         });
     }
     let _ = in_flight.acquire_many(64).await;
+    let timeline = sampler.await.expect("sampler");
     janitor.await.expect("janitor loop");
-    timeline.push(sample(&run, &stores, next_day - 1, &janitor_runs).await);
-    print_day(timeline.last().expect("a day"));
 
     let lost = lost_writes(&run).await;
     write_csv(&out, engine, &timeline);
