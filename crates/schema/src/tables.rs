@@ -238,7 +238,9 @@ pub mod old_store {
         pub const CONTENT: &str = "content";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const SHARD: &str = "shard";
+        pub const HOUR: &str = "hour";
         pub const APPENDED_AT: &str = "appended_at";
+        pub const SWEPT_FROM: &str = "swept_from";
     }
 
     /// One skinny row per archived render, naming the block and the slot (the
@@ -322,12 +324,15 @@ pub mod old_store {
     /// been compacted at the seal level since. Written before the render's slot
     /// is taken, deleted by the seal-level compaction that covers it, so a
     /// restart (clean or not) finds every block still owed a compaction.
-    /// Partitioned by a hash of the title into `debt_shards` partitions that a
-    /// sweep pages through.
+    /// Partitioned by a hash of the title into shards, and by the hour of the
+    /// append: a sweep reads each shard's hours from where debt may still be
+    /// (`archive_debt_shards`), so it never steps over the deletions of the
+    /// hours behind it (the design: `docs/design/compaction-debt.md`).
     pub static ARCHIVE_DEBT: TableDef = TableDef {
-        name: "archive_compaction_debt",
+        name: "archive_debt_by_hour",
         columns: &[
             C::partition(col::SHARD, BigInt),
+            C::partition(col::HOUR, BigInt),
             C::clustering(col::DOMAIN, Text, Order::Asc),
             C::clustering(col::TITLE, Text, Order::Asc),
             C::clustering(col::BLOCK, BigInt, Order::Asc),
@@ -336,10 +341,22 @@ pub mod old_store {
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "blocks still owed a seal-level compaction, one row per appended render",
+        comment: "blocks still owed a seal-level compaction, one row per appended render, by shard and hour of the append",
     };
 
-    pub static TABLES: [&TableDef; 5] = [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_TITLES, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT];
+    /// Per debt shard, the first hour whose partition may still hold debt:
+    /// every hour before it was found empty by a sweep (past the margin for
+    /// a late append), and is never read again.
+    pub static ARCHIVE_DEBT_SHARDS: TableDef = TableDef {
+        name: "archive_debt_shards",
+        columns: &[C::partition(col::SHARD, BigInt), C::regular(col::SWEPT_FROM, BigInt)],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "where each compaction-debt shard's sweep starts",
+    };
+
+    pub static TABLES: [&TableDef; 6] =
+        [&ARCHIVE_META, &ARCHIVE_BLOCKS, &ARCHIVE_TITLES, &ARCHIVE_SUPPRESSED, &ARCHIVE_DEBT, &ARCHIVE_DEBT_SHARDS];
 }
 
 /// dependency-graph: adjacency lists in both directions.
@@ -505,7 +522,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 19] = [
+pub static ALL_TABLES: [&TableDef; 20] = [
     &meta::SCHEMA_META,
     &current_store::PAGE_RENDERS,
     &current_store::DOMAIN_PAGES,
@@ -518,6 +535,7 @@ pub static ALL_TABLES: [&TableDef; 19] = [
     &old_store::ARCHIVE_TITLES,
     &old_store::ARCHIVE_SUPPRESSED,
     &old_store::ARCHIVE_DEBT,
+    &old_store::ARCHIVE_DEBT_SHARDS,
     &dependency_graph::DEPENDENCIES,
     &dependency_graph::DEPENDENTS,
     &dependency_graph::DEPENDENT_BUCKETS,

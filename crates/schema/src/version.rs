@@ -54,7 +54,14 @@ fn fingerprint_of(tables: &[&TableDef]) -> String {
 // into `outbox`, which version 2 does not read: drain it (the outbox backlog
 // at 0) before the upgrade.
 pub static CURRENT_STORE: Component = Component { name: "current-store", version: 2, compatible_from: 2, tables: &current_store::TABLES };
-pub static OLD_STORE: Component = Component { name: "old-store", version: 1, compatible_from: 1, tables: &old_store::TABLES };
+//
+// old-store 2: compaction debt in partitions of one shard and one hour
+// (`archive_debt_by_hour`), each shard swept from the first hour that may
+// still hold debt (`archive_debt_shards`). Version 1's code marked debt in
+// `archive_compaction_debt`, which version 2 does not read: upgrade when
+// `old_store_compaction_debt_markers` is 0 (debt is discharged within the
+// settle period of the last append).
+pub static OLD_STORE: Component = Component { name: "old-store", version: 2, compatible_from: 2, tables: &old_store::TABLES };
 pub static DEPENDENCY_GRAPH: Component =
     Component { name: "dependency-graph", version: 1, compatible_from: 1, tables: &dependency_graph::TABLES };
 pub static JANITOR: Component = Component { name: "janitor", version: 1, compatible_from: 1, tables: &janitor::TABLES };
@@ -76,7 +83,7 @@ mod tests {
     /// to a component's tables must come with a new version and a new line here.
     const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
         ("current-store", 2, "6632f698a4e35df9"),
-        ("old-store", 1, "c4f8d15cf90d60fa"),
+        ("old-store", 2, "0a7806155ce7a2f4"),
         ("dependency-graph", 1, "c8bdeb757fb12225"),
         ("janitor", 1, "bfea0ec13c63e3f2"),
     ];

@@ -185,7 +185,8 @@ impl ServiceDefinition for OldStore {
         let archive = Archive::new(store.clone(), archive_settings);
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store, settings, routes::ApiDoc::openapi());
-        let debt = debt::DebtSweeper::new(platform.store().clone(), archive.queue().clone(), archive.seal_level());
+        let debt =
+            debt::DebtSweeper::new(platform.store().clone(), archive.queue().clone(), archive.debt_book().clone(), archive.seal_level());
         platform.spawn_worker(workers::Compaction::new(archive.clone()));
         platform.spawn_worker(workers::DebtSweep::new(debt.clone(), own.debt_sweep_every));
         // Its audit: every live row is entitled (blocks, their index, suppressions,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Engine, store_on};
 use revstore_keys::{Domain, RevId, Tid, TitleRules};
-use revstore_old_store::testing::debt_shard;
+use revstore_old_store::testing::{debt_hour, debt_shard};
 use revstore_old_store::{
     Archive, ArchiveBody, ArchiveError, ArchiveOutcome, ArchiveSettings, BaseChoice, BlockKey, BlockLimits, CompactionOutcome,
     GROWTH_LEVEL, Part, StoredParts, UpdatePolicy, block_entry,
@@ -276,17 +276,24 @@ async fn a_lost_writer_at_a_block_boundary_neither_stalls_nor_joins_the_seal(eng
     }
 }
 
-/// The debt markers of a title: (block, slot) of each render still owed a seal-level compaction.
+/// The debt markers of a title appended in the last few hours: (block, slot)
+/// of each render still owed a seal-level compaction.
 async fn debt_of(store: &Store, d: &Domain, t: &revstore_keys::Title) -> Vec<(i64, i64)> {
     let shard = Value::from(debt_shard(d.as_str(), t.as_str()));
-    let page = store
-        .read(
-            &ReadQuery::new(&ARCHIVE_DEBT, [shard])
-                .slice(revstore_storage::Slice::prefix([Value::from(d.as_str()), Value::from(t.as_str())])),
-        )
-        .await
-        .expect("debt");
-    page.rows.iter().map(|r| (r.bigint("block").expect("block"), r.bigint("slot").expect("slot"))).collect()
+    let now = debt_hour(revstore_keys::time::millis(store.now()));
+    let mut markers = Vec::new();
+    for hour in now - 3..=now {
+        let page = store
+            .read(
+                &ReadQuery::new(&ARCHIVE_DEBT, [shard.clone(), Value::from(hour)])
+                    .slice(revstore_storage::Slice::prefix([Value::from(d.as_str()), Value::from(t.as_str())])),
+            )
+            .await
+            .expect("debt");
+        markers.extend(page.rows.iter().map(|r| (r.bigint("block").expect("block"), r.bigint("slot").expect("slot"))));
+    }
+    markers.sort();
+    markers
 }
 
 async fn debt_is_kept_per_render_until_a_seal_level_compaction_covers_it(engine: Engine) {

@@ -53,14 +53,14 @@ impl Archive {
                         Upsert::new(&ARCHIVE_BLOCKS, key.partition_values()).set(col::BASE_BLOCK, ANCHOR).set(col::FIRST_SLOT, 0i64);
                     self.inner.store.write(anchor).await?;
                 }
-                debt::discharge(&self.inner.store, key, state.committed).await?;
+                debt::discharge(&self.inner.store, &self.inner.debt, key, state.committed).await?;
             }
             return Ok(CompactionOutcome::NothingToDo);
         }
         let decoded = self.decode_block(key, None, state.committed).await?;
         let Some(first) = decoded.entries.first().cloned() else {
             if discharges {
-                debt::discharge(&self.inner.store, key, state.committed).await?;
+                debt::discharge(&self.inner.store, &self.inner.debt, key, state.committed).await?;
             }
             return Ok(CompactionOutcome::NothingToDo);
         };
@@ -81,7 +81,7 @@ impl Archive {
             return Ok(CompactionOutcome::BaseUndecided);
         }
         if discharges {
-            debt::discharge(&self.inner.store, key, state.committed).await?;
+            debt::discharge(&self.inner.store, &self.inner.debt, key, state.committed).await?;
         }
         Ok(CompactionOutcome::Compacted { revisions: decoded.entries.len(), raw_bytes: decoded.raw_bytes(), stored_bytes, base })
     }

@@ -54,6 +54,7 @@ use revstore_service::dump::TitleIndex;
 use revstore_storage::{Row, Store, Value};
 
 use crate::block::{BlockKey, DecodedBlock};
+use crate::debt::DebtBook;
 use crate::error::ArchiveError;
 use crate::queue::CompactionQueue;
 
@@ -158,6 +159,8 @@ struct Inner {
     seal_level: i32,
     cache: BlockCache,
     queue: CompactionQueue,
+    /// Which hours hold the markers of the blocks this process owes a compaction.
+    debt: DebtBook,
     /// Block decodes in progress at once. Each holds its block's stored rows
     /// and decoded content (about twice the block's raw size) until done, so
     /// this bounds the working memory beside the cache; on N cores more than
@@ -211,6 +214,7 @@ impl Archive {
                 seal_level: settings.seal_level,
                 cache,
                 queue: CompactionQueue::new(settings.settle),
+                debt: DebtBook::default(),
                 decode_slots: tokio::sync::Semaphore::new(settings.max_concurrent_decodes.max(1)),
                 table_log_max: settings.table_log_max,
             }),
@@ -219,6 +223,12 @@ impl Archive {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Which hours hold the markers of the blocks this process owes a
+    /// compaction (shared with the debt sweep).
+    pub fn debt_book(&self) -> &DebtBook {
+        &self.inner.debt
     }
 
     /// The queue of this archive's blocks waiting for a compaction.

@@ -11,7 +11,6 @@ use revstore_storage::{Cas, Condition, ReadQuery, Row, Slice, Upsert, Value, Wri
 
 use super::{Archive, ArchiveOutcome, TitleState, UpdatePolicy, key_values};
 use crate::block::{APPEND_LEVEL, BlockKey, DecodedBlock, DecodedEntry, GROWTH_LEVEL, tid_value};
-use crate::debt;
 use crate::error::ArchiveError;
 
 /// How often a writer retries after losing a slot to a concurrent writer.
@@ -71,7 +70,7 @@ impl Archive {
                     .set(col::CONTENT, link);
             tokio::try_join!(
                 self.inner.store.write(content),
-                self.inner.store.write(debt::marker(&place.key, place.slot, self.inner.store.now()))
+                self.inner.store.write(self.inner.debt.owe(&place.key, place.slot, self.inner.store.now()))
             )?;
             // A title's first render enters the dump index before it is committed.
             if state.rev_count.is_none() {
