@@ -301,10 +301,9 @@ async fn sweep(store: &Store, queue: &CompactionQueue, book: &DebtBook, level: i
 /// left it, or, before any sweep, the hour old-store's tables were last
 /// migrated (no marker is older than its table) less the margin.
 async fn swept_from(store: &Store, shard: i64) -> StoreResult<i64> {
-    if let Some(row) = store.get(&ARCHIVE_DEBT_SHARDS, vec![Value::from(shard)], None).await? {
-        if let Some(hour) = row.bigint(col::SWEPT_FROM) {
-            return Ok(hour);
-        }
+    let stored = store.get(&ARCHIVE_DEBT_SHARDS, vec![Value::from(shard)], None).await?;
+    if let Some(hour) = stored.and_then(|row| row.bigint(col::SWEPT_FROM)) {
+        return Ok(hour);
     }
     let schema = store.get(&SCHEMA_META, vec![Value::from(crate::SERVICE)], None).await?;
     let applied_at = schema
