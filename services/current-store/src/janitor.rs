@@ -49,7 +49,7 @@ const ARCHIVE_LIST_PAGE: u32 = 1000;
 pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn Sweep>> {
     let store = pages.store.clone();
     let audited = vec![
-        AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })) },
+        AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })), scanned: true },
         AuditedTable::live(&DOMAIN_PAGES),
         AuditedTable::live(&SUPPRESSED),
         AuditedTable::live(&OUTBOX),

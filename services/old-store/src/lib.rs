@@ -189,9 +189,14 @@ impl ServiceDefinition for OldStore {
             debt::DebtSweeper::new(platform.store().clone(), archive.queue().clone(), archive.debt_book().clone(), archive.seal_level());
         platform.spawn_worker(workers::Compaction::new(archive.clone()));
         platform.spawn_worker(workers::DebtSweep::new(debt.clone(), own.debt_sweep_every));
-        // Its audit: every live row is entitled (blocks, their index, suppressions,
-        // and compaction debt markers until the compactor has paid them).
-        let tables = revstore_schema::tables::old_store::TABLES.iter().map(|t| AuditedTable::live(t)).collect();
+        // Its audit: every live row is entitled (blocks, their index,
+        // suppressions); the compaction debt, a work table whose markers are
+        // deleted as they are paid, is reported from the nodes only.
+        let debt_table = &revstore_schema::tables::old_store::ARCHIVE_DEBT;
+        let tables = revstore_schema::tables::old_store::TABLES
+            .iter()
+            .map(|t| if std::ptr::eq(*t, debt_table) { AuditedTable::unscanned(t) } else { AuditedTable::live(t) })
+            .collect();
         let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(AuditSweep::new(platform.store().clone(), tables))];
         let dumps = Arc::new(revstore_service::dump::DumpPacer::new(own.dump_revisions_per_second));
         let state = routes::AppState { platform: platform.clone(), archive, debt, titles, dumps };

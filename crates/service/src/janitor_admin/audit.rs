@@ -27,6 +27,11 @@ pub trait Entitlement: Send + Sync + 'static {
 pub struct AuditedTable {
     pub table: &'static TableDef,
     pub entitlement: Option<Arc<dyn Entitlement>>,
+    /// Whether the audit reads its rows. A work table whose rows are deleted
+    /// as they are worked off (compaction debt) is reported from the nodes
+    /// only (disk, tombstones per read, largest partition): a scan of it
+    /// would step over every deletion `gc_grace_seconds` still keeps.
+    pub scanned: bool,
 }
 
 impl std::fmt::Debug for AuditedTable {
@@ -40,7 +45,12 @@ impl std::fmt::Debug for AuditedTable {
 
 impl AuditedTable {
     pub fn live(table: &'static TableDef) -> Self {
-        AuditedTable { table, entitlement: None }
+        AuditedTable { table, entitlement: None, scanned: true }
+    }
+
+    /// A work table, reported from the nodes only (see [`AuditedTable::scanned`]).
+    pub fn unscanned(table: &'static TableDef) -> Self {
+        AuditedTable { table, entitlement: None, scanned: false }
     }
 }
 
@@ -69,6 +79,20 @@ impl Sweep for AuditSweep {
         let (index, after) = (from.pass, from.after);
         let Some(audited) = self.tables.get(index) else { return Ok(Stepped::default()) };
         let table = audited.table;
+        let next_table = || (index + 1 < self.tables.len()).then(|| SweepPosition::start_of(index + 1));
+        if !audited.scanned {
+            let (on_disk, health) = (self.disk_usage(table).await, self.read_health(table).await);
+            let audit = TableAudit {
+                bytes_on_disk: on_disk.map(|d| d.bytes),
+                disk_resolution_bytes: on_disk.map(|d| d.resolution),
+                tombstones_per_read_p99: health.map(|h| h.tombstones_per_read_p99),
+                tombstones_per_read_max: health.map(|h| h.tombstones_per_read_max),
+                largest_partition_bytes: health.map(|h| h.largest_partition_bytes),
+                ..TableAudit::default()
+            };
+            let report = StepReport { tables: BTreeMap::from([(table.name.to_owned(), audit)]), ..StepReport::default() };
+            return Ok(Stepped { report, next: next_table() });
+        }
         let held = self.store.holdings(&ScanQuery::new(table, budget).after(after.clone())).await?;
         let (rows_ideal, bytes_ideal) = match &audited.entitlement {
             None => (held.rows_live, held.bytes_live),
@@ -95,8 +119,7 @@ impl Sweep for AuditSweep {
         };
         let next = match &held.next {
             Some(position) => Some(SweepPosition::in_pass(index, Some(position.clone()))),
-            None if index + 1 < self.tables.len() => Some(SweepPosition::start_of(index + 1)),
-            None => None,
+            None => next_table(),
         };
         let report =
             StepReport { partitions: held.partitions, tables: BTreeMap::from([(table.name.to_owned(), audit)]), ..StepReport::default() };
