@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release --workspace --bins
 //! cargo bench -p revstore-integration-tests --bench soak -- [--engine embedded|cassandra]
-//!     [--days 21] [--day-secs 120] [--rate 40] [--seed 1] [--out DIR]
+//!     [--days 21] [--day-secs 120] [--rate 40] [--seed 1] [--out DIR] [--nodetool CMD]
 //! ```
 //!
 //! The whole system runs as in production (three service processes,
@@ -38,6 +38,10 @@
 //! by about as much (`REVSTORE_CASSANDRA_THRESHOLD_SCALE` of
 //! `deploy/cassandra/cassandra-local`), and the targets below use the node's
 //! own (scaled) thresholds, read from `system_views.settings`.
+//!
+//! `--nodetool CMD` (Cassandra: `deploy/cassandra/cassandra-local nodetool`)
+//! flushes the services' keyspaces before each day's figures are read, so
+//! the disk and the largest partition count the day's writes.
 //!
 //! # What it reports
 //! Per simulated day, a row of `soak-<engine>.csv` in `--out`: per table the
@@ -357,11 +361,13 @@ fn encode(title: &str) -> String {
 }
 
 /// One run of the janitor binary.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct JanitorRun {
     seconds: f64,
     /// Partitions its sweeps visited (the audit's excepted: it reads every table).
     partitions: u64,
+    /// Partitions visited per task (the audit's included).
+    per_task: BTreeMap<String, u64>,
     overstore_on_disk: Option<f64>,
     completed: bool,
 }
@@ -387,6 +393,7 @@ struct Timeline {
     hand_off_lag_secs: f64,
     janitor_secs: f64,
     janitor_partitions: u64,
+    janitor_tasks: BTreeMap<String, u64>,
     overstore_on_disk: Option<f64>,
     server_errors: u64,
     answers: u64,
@@ -589,17 +596,21 @@ async fn main() {
                     tokio::task::spawn_blocking(move || system_run.system.janitor(&["--ops-per-sec", "0"])).await.expect("janitor");
                 let stdout = String::from_utf8_lossy(&output.stdout);
                 let summary: Json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Json::Null);
-                let partitions: u64 = summary["tasks"]
+                // Partitions each task visited, over every service.
+                let per_task: BTreeMap<String, u64> = summary["tasks"]
                     .as_object()
                     .map(|tasks| {
                         tasks
                             .iter()
-                            .filter(|(name, _)| name.as_str() != "audit")
-                            .flat_map(|(_, t)| t["services"].as_object().into_iter().flatten())
-                            .map(|(_, s)| s["partitions"].as_u64().unwrap_or(0))
-                            .sum()
+                            .map(|(name, t)| {
+                                let services = t["services"].as_object().into_iter().flatten();
+                                (name.clone(), services.map(|(_, s)| s["partitions"].as_u64().unwrap_or(0)).sum())
+                            })
+                            .collect()
                     })
-                    .unwrap_or(0);
+                    .unwrap_or_default();
+                // The audit reads every table by design; the other tasks' work is what must not grow with the wiki.
+                let partitions = per_task.iter().filter(|(name, _)| name.as_str() != "audit").map(|(_, n)| n).sum();
                 // The disk's figure where the storage reports one (Cassandra);
                 // the embedded engine's held bytes count what it has not purged.
                 let audit = &summary["tasks"]["audit"];
@@ -607,6 +618,7 @@ async fn main() {
                 let finished = JanitorRun {
                     seconds: started.elapsed().as_secs_f64(),
                     partitions,
+                    per_task,
                     overstore_on_disk: overstore,
                     completed: output.status.success(),
                 };
@@ -665,6 +677,13 @@ async fn main() {
 
 /// The day's row: the nodes' figures, the day's latencies, a probe's hand-off lag, the janitor's last run.
 async fn sample(run: &Run, stores: &[(&'static str, Store)], day: usize, janitor_runs: &Mutex<Vec<JanitorRun>>) -> Timeline {
+    // The day's writes on disk, not in memtables, when the run can flush the nodes.
+    if let Some(nodetool) = arg("--nodetool") {
+        for service in [&run.system.current, &run.system.old, &run.system.graph] {
+            let flush = format!("{nodetool} flush {}", service.keyspace.clone().unwrap_or_default());
+            let _ = tokio::task::spawn_blocking(move || std::process::Command::new("sh").arg("-c").arg(flush).output()).await;
+        }
+    }
     let tables = table_figures(stores).await;
     let lag = hand_off_lag(run).await;
     let (stats, janitor) = {
@@ -673,7 +692,7 @@ async fn sample(run: &Run, stores: &[(&'static str, Store)], day: usize, janitor
             days.push(DayStats::default());
         }
         let stats = std::mem::take(&mut days[day]);
-        (stats, janitor_runs.lock().expect("lock").iter().rev().find(|r| r.completed).copied())
+        (stats, janitor_runs.lock().expect("lock").iter().rev().find(|r| r.completed).cloned())
     };
     let p99 = |mut v: Vec<Duration>| {
         v.sort();
@@ -688,8 +707,9 @@ async fn sample(run: &Run, stores: &[(&'static str, Store)], day: usize, janitor
         listing_p99_ms: p99(stats.listings),
         old_read_p99_ms: p99(stats.old_reads),
         hand_off_lag_secs: lag,
-        janitor_secs: janitor.map_or(f64::NAN, |j| j.seconds),
-        janitor_partitions: janitor.map_or(0, |j| j.partitions),
+        janitor_secs: janitor.as_ref().map_or(f64::NAN, |j| j.seconds),
+        janitor_partitions: janitor.as_ref().map_or(0, |j| j.partitions),
+        janitor_tasks: janitor.map(|j| j.per_task).unwrap_or_default(),
         overstore_on_disk: overstore,
         server_errors: stats.server_errors,
         answers: stats.answers,
@@ -701,7 +721,7 @@ fn print_day(t: &Timeline) {
     let worst = t.tables.iter().max_by_key(|(_, d)| d.tombstones_max);
     println!(
         "day {:>3}: answers {:>7}, 5xx {}; p99 latest {:.1} ms, write {:.1} ms, listing {:.1} ms, old {:.1} ms; hand-off {:.2} s; \
-         janitor {:.1} s over {} partitions; overstore on disk {}; most tombstones/read {} ({}); data dirs {:.1} MiB",
+         janitor {:.1} s over {} partitions ({}); overstore on disk {}; most tombstones/read {} ({}); data dirs {:.1} MiB",
         t.day,
         t.answers,
         t.server_errors,
@@ -712,6 +732,7 @@ fn print_day(t: &Timeline) {
         t.hand_off_lag_secs,
         t.janitor_secs,
         t.janitor_partitions,
+        t.janitor_tasks.iter().map(|(task, n)| format!("{task} {n}")).collect::<Vec<_>>().join(", "),
         t.overstore_on_disk.map_or("-".to_owned(), |r| format!("{r:.2}")),
         worst.map_or(0, |(_, d)| d.tombstones_max),
         worst.map_or("-", |(name, _)| name.as_str()),
@@ -751,12 +772,18 @@ async fn lost_writes(run: &Run) -> u64 {
     lost
 }
 
+/// The janitor's tasks, as its summary names them.
+const JANITOR_TASKS: [&str; 4] = ["retention", "archive", "graph", "audit"];
+
 fn write_csv(out: &std::path::Path, engine: Engine, timeline: &[Timeline]) {
     let tables: Vec<String> =
         timeline.iter().flat_map(|t| t.tables.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     let mut csv = String::from(
         "day,answers,server_errors,latest_p99_ms,write_p99_ms,listing_p99_ms,old_read_p99_ms,hand_off_lag_secs,janitor_secs,janitor_partitions,overstore_on_disk,data_dir_bytes",
     );
+    for task in JANITOR_TASKS {
+        csv.push_str(&format!(",janitor {task} partitions"));
+    }
     for table in &tables {
         csv.push_str(&format!(",{table} tombstones_max,{table} tombstones_p99,{table} largest_partition,{table} bytes_on_disk"));
     }
@@ -777,6 +804,9 @@ fn write_csv(out: &std::path::Path, engine: Engine, timeline: &[Timeline]) {
             t.overstore_on_disk.map_or(String::new(), |r| format!("{r:.3}")),
             t.data_dir_bytes
         ));
+        for task in JANITOR_TASKS {
+            csv.push_str(&format!(",{}", t.janitor_tasks.get(task).copied().unwrap_or(0)));
+        }
         for table in &tables {
             let d = t.tables.get(table).cloned().unwrap_or_default();
             csv.push_str(&format!(",{},{},{},{}", d.tombstones_max, d.tombstones_p99, d.largest_partition, d.bytes_on_disk));
@@ -870,7 +900,14 @@ fn targets(timeline: &[Timeline], warn_threshold: Option<u64>, lost: u64, acknow
         let worst = after_grace.iter().copied().fold(0.0, f64::max);
         println!("overstore on disk after the first grace period: at most {worst:.2}: {}", verdict(worst <= 1.3));
     }
-    println!("janitor: first day {:.1} s, last day {:.1} s", first.janitor_secs, last.janitor_secs);
+    println!(
+        "janitor: first day {:.1} s over {} partitions, last day {:.1} s over {} (the load per day is the same): {}",
+        first.janitor_secs,
+        first.janitor_partitions,
+        last.janitor_secs,
+        last.janitor_partitions,
+        verdict(last.janitor_partitions as f64 <= first.janitor_partitions as f64 * 1.2)
+    );
     let errors: u64 = full.iter().map(|t| t.server_errors).sum();
     println!("5xx: {errors}: {}", verdict(errors == 0));
     println!("acknowledged writes {acknowledged}, lost {lost}: {}", verdict(lost == 0));
