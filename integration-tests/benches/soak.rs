@@ -69,7 +69,7 @@ use rand::{Rng, SeedableRng};
 use revstore_bench::chart::{LineChart, Series};
 use revstore_bench::{arg, parsed, percentile_ms};
 use revstore_integration_tests::{Engine, Options, System};
-use revstore_keys::TidGenerator;
+use revstore_keys::{Tid, TidGenerator};
 use revstore_storage::{CassandraEngine, CassandraOptions, Store};
 use serde_json::{Value as Json, json};
 
@@ -115,7 +115,9 @@ fn zipf(rng: &mut StdRng, n: u64) -> u64 {
 #[derive(Debug, Default, Clone)]
 struct PageState {
     rev: u64,
-    tid: String,
+    /// The latest render's tid: renders of one revision take precedence by
+    /// their time (a tid's text does not sort by time).
+    tid: Option<Tid>,
     deleted: bool,
     ever_deleted: bool,
     /// Revisions written, newest last (the last 16), and those suppressed.
@@ -222,7 +224,7 @@ impl Run {
                 page.rev
             }
         };
-        let tid = self.tids.next().to_string();
+        let tid = self.tids.next();
         let body = self.bodies[rng.random_range(0..self.bodies.len())].clone();
         let name = &self.domains[domain].name;
         let url = self.system.current.url(&format!("/{name}/v1/page/{}/{rev}/{tid}", encode(title)));
@@ -232,9 +234,9 @@ impl Run {
             self.acknowledged.fetch_add(1, Ordering::Relaxed);
             let mut state = self.state.lock().expect("lock");
             let page = state.pages.entry((domain, title.to_owned())).or_default();
-            if rev > page.rev || (rev == page.rev && tid > page.tid) {
+            if rev > page.rev || (rev == page.rev && Some(tid) > page.tid) {
                 page.rev = rev;
-                page.tid = tid;
+                page.tid = Some(tid);
                 page.deleted = false;
             }
             if page.revs.last() != Some(&rev) {
@@ -757,16 +759,25 @@ async fn lost_writes(run: &Run) -> u64 {
         let checks = chunk.iter().map(|((domain, title), page)| {
             let url = run.system.current.url(&format!("/{}/v1/page/title/{}", run.domains[*domain].name, encode(title)));
             let http = run.system.http.clone();
-            let (rev, tid) = (page.rev, page.tid.clone());
+            let (rev, tid) = (page.rev, page.tid);
             async move {
-                let Ok(response) = http.get(url).send().await else { return false };
-                let latest: Json = response.json().await.unwrap_or(Json::Null);
+                let (status, latest) = match http.get(&url).send().await {
+                    Ok(response) => (response.status().as_u16(), response.json::<Json>().await.unwrap_or(Json::Null)),
+                    Err(e) => (0, Json::String(e.to_string())),
+                };
                 // The latest is this render or a later one (a later one is a
                 // render the soak sent and another answer beat it to the state).
-                latest["rev"].as_u64().is_some_and(|r| r > rev || (r == rev && latest["tid"].as_str().is_some_and(|t| t >= tid.as_str())))
+                let served = latest["tid"].as_str().and_then(|t| Tid::parse(t).ok());
+                let kept = latest["rev"].as_u64().is_some_and(|r| r > rev || (r == rev && served >= tid));
+                (!kept).then(|| format!("{url}: acknowledged rev {rev} tid {tid:?}, answered {status} {latest}"))
             }
         });
-        lost += futures_util::future::join_all(checks).await.into_iter().filter(|ok| !ok).count() as u64;
+        for missing in futures_util::future::join_all(checks).await.into_iter().flatten() {
+            if lost < 5 {
+                println!("lost: {missing}");
+            }
+            lost += 1;
+        }
     }
     println!("read back the latest render of {} pages: {lost} lost", pages.len());
     lost

@@ -127,10 +127,10 @@ impl Graph {
             partition: held.key.to_vec(),
             clustering: Some(Vec::new()),
             condition: Condition::Equals(vec![(col::HOLDER, Value::from(held.holder.as_str()))]),
-            // The clock stays: the next change writes above this one.
-            writes: vec![
-                Upsert::new(&PAGE_WRITERS, held.key.clone()).set(col::HOLDER, Value::Null).set(col::HELD_UNTIL, Value::Null).into(),
-            ],
+            // Held until the epoch: free. Nothing is set to null, which would
+            // leave two tombstones in every page's row for scans to step over;
+            // the clock stays, so the next change writes above this one.
+            writes: vec![Upsert::new(&PAGE_WRITERS, held.key.clone()).set(col::HELD_UNTIL, Value::Timestamp(0)).into()],
         };
         self.store().cas(release).await?;
         Ok(())
