@@ -81,15 +81,7 @@ impl Sweep for AuditSweep {
         let table = audited.table;
         let next_table = || (index + 1 < self.tables.len()).then(|| SweepPosition::start_of(index + 1));
         if !audited.scanned {
-            let (on_disk, health) = (self.disk_usage(table).await, self.read_health(table).await);
-            let audit = TableAudit {
-                bytes_on_disk: on_disk.map(|d| d.bytes),
-                disk_resolution_bytes: on_disk.map(|d| d.resolution),
-                tombstones_per_read_p99: health.map(|h| h.tombstones_per_read_p99),
-                tombstones_per_read_max: health.map(|h| h.tombstones_per_read_max),
-                largest_partition_bytes: health.map(|h| h.largest_partition_bytes),
-                ..TableAudit::default()
-            };
+            let audit = self.with_node_figures(table, TableAudit::default()).await;
             let report = StepReport { tables: BTreeMap::from([(table.name.to_owned(), audit)]), ..StepReport::default() };
             return Ok(Stepped { report, next: next_table() });
         }
@@ -101,22 +93,16 @@ impl Sweep for AuditSweep {
                 entitlement.ideal(&self.store, &partitions).await?
             }
         };
-        // The disk figure is the whole table's: given once, by the step that ends its pass.
-        // So are the read-health figures.
-        let (on_disk, health) =
-            if held.next.is_none() { (self.disk_usage(table).await, self.read_health(table).await) } else { (None, None) };
         let audit = TableAudit {
             partitions: held.partitions,
             rows_held: held.rows_held,
             bytes_held: held.bytes_held,
             rows_ideal,
             bytes_ideal,
-            bytes_on_disk: on_disk.map(|d| d.bytes),
-            disk_resolution_bytes: on_disk.map(|d| d.resolution),
-            tombstones_per_read_p99: health.map(|h| h.tombstones_per_read_p99),
-            tombstones_per_read_max: health.map(|h| h.tombstones_per_read_max),
-            largest_partition_bytes: health.map(|h| h.largest_partition_bytes),
+            ..TableAudit::default()
         };
+        // The nodes' figures are the whole table's: given once, by the step that ends its pass.
+        let audit = if held.next.is_none() { self.with_node_figures(table, audit).await } else { audit };
         let next = match &held.next {
             Some(position) => Some(SweepPosition::in_pass(index, Some(position.clone()))),
             None => next_table(),
@@ -128,6 +114,20 @@ impl Sweep for AuditSweep {
 }
 
 impl AuditSweep {
+    /// `counts` with what the nodes report of the whole table: its disk, and
+    /// how reads of it fare.
+    async fn with_node_figures(&self, table: &'static TableDef, counts: TableAudit) -> TableAudit {
+        let (on_disk, health) = (self.disk_usage(table).await, self.read_health(table).await);
+        TableAudit {
+            bytes_on_disk: on_disk.map(|d| d.bytes),
+            disk_resolution_bytes: on_disk.map(|d| d.resolution),
+            tombstones_per_read_p99: health.map(|h| h.tombstones_per_read_p99),
+            tombstones_per_read_max: health.map(|h| h.tombstones_per_read_max),
+            largest_partition_bytes: health.map(|h| h.largest_partition_bytes),
+            ..counts
+        }
+    }
+
     /// What the storage keeps on disk for the table, when the engine reports
     /// it. A node that does not answer leaves the figure unknown for this run
     /// (`null` in the summary) rather than failing the audit of what the
@@ -141,9 +141,7 @@ impl AuditSweep {
             }
         }
     }
-}
 
-impl AuditSweep {
     /// How reads of the table fare on the storage nodes, when the engine
     /// measures it. A node that does not answer leaves the figures absent
     /// (never a healthy-looking zero), and the audit goes on.
