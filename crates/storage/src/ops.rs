@@ -563,6 +563,8 @@ pub struct ReadHealth {
     /// worst node's (Cassandra's `tombstones_per_read`, a recent-weighted
     /// histogram per node). Cassandra warns past 1,000 and aborts the read
     /// past 100,000 (`tombstone_warn_threshold`, `tombstone_failure_threshold`).
+    /// Reads that met none count in the histogram's lowest bucket, 1; a
+    /// table not read since the node started shows 0.
     pub tombstones_per_read_p99: u64,
     pub tombstones_per_read_max: u64,
     /// The largest partition any node has written to an SSTable, in bytes
