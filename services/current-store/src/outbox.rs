@@ -15,7 +15,8 @@
 //! write and renewed every [`LEASE_RENEWAL`]. The holder keeps two positions:
 //! - how far it has **read**: each round reads the rows after it, minute by
 //!   minute up to now, and sends them in order, so a render reaches old-store
-//!   within a poll interval;
+//!   within a poll interval (a replica delivers the shards it holds at once,
+//!   each in its own order);
 //! - how far it has **delivered through**, which trails now by a margin (the
 //!   clock skew allowed between replicas, plus a storage write's timeout): a
 //!   replica whose clock is behind can queue a row whose id the reader has
@@ -353,8 +354,16 @@ impl Worker for Delivery {
         let mut delivered = 0usize;
         let mut more = false;
         let mut asked_to_wait = None;
-        for (&shard, held) in &mut self.held {
-            match deliver_shard(&self.store, &self.receivers, shard, held, self.margin).await {
+        // The shards at once, each in its own order: one slow answer holds up
+        // its shard's next row, not every shard's.
+        let (store, receivers, margin) = (&self.store, &self.receivers, self.margin);
+        let rounds = futures_util::future::join_all(self.held.iter_mut().map(|(&shard, held)| async move {
+            let result = deliver_shard(store, receivers, shard, held, margin).await;
+            (shard, held, result)
+        }))
+        .await;
+        for (shard, held, result) in rounds {
+            match result {
                 Ok(round) => {
                     delivered += round.delivered;
                     more |= round.more;
