@@ -460,7 +460,8 @@ fn dir_bytes(path: &std::path::Path) -> u64 {
 /// Times one probe render from its acknowledgement into old-store.
 async fn hand_off_lag(run: &Run) -> f64 {
     let tid = run.tids.next().to_string();
-    let probe = format!("Soak_probe_{}", run.day());
+    // A title of its own: a second render of one revision is not archived again.
+    let probe = format!("Soak_probe_{tid}");
     let name = &run.domains[0].name;
     let url = run.system.current.url(&format!("/{name}/v1/page/{probe}/1/{tid}"));
     let body = run.bodies[0].clone();
