@@ -363,28 +363,21 @@ impl Engine for CassandraEngine {
     }
 
     async fn ensure_tables(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
-        let ddl = create_keyspace(&self.keyspace, &self.replication, self.flavor);
-        self.session.query_unpaged(ddl, ()).await.map_err(execution_error)?;
-        for t in tables {
-            self.session.query_unpaged(create_table(&self.keyspace, t), ()).await.map_err(execution_error)?;
-            // A newer declaration that only adds columns is applied in place.
-            let missing = self.columns_to_add(t).await?;
-            for c in &missing {
-                self.session.query_unpaged(add_column(&self.keyspace, t, c), ()).await.map_err(execution_error)?;
+        // A table just created may be unknown yet to the node that takes a
+        // later statement (the schema still spreading under load, or replicas
+        // of one service creating it at once): once the nodes agree, it is.
+        let mut attempt = 0;
+        loop {
+            match self.ensure_tables_once(tables).await {
+                Err(e) if attempt < SCHEMA_RACE_RETRIES && is_schema_race(&e) => {
+                    attempt += 1;
+                    tracing::info!(keyspace = %self.keyspace, attempt, error = %e, "a table not yet known on every node: waiting for the nodes to agree, then again");
+                    self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
+                    tokio::time::sleep(std::time::Duration::from_secs(u64::from(attempt))).await;
+                }
+                outcome => return outcome,
             }
-            // So are its options (compaction, gc_grace_seconds): they change
-            // how the nodes keep the data, not what is stored.
-            let options_changed = !self.options_applied(t).await?;
-            if options_changed {
-                self.session.query_unpaged(alter_options(&self.keyspace, t), ()).await.map_err(execution_error)?;
-            }
-            if !missing.is_empty() || options_changed {
-                self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
-            }
-            self.check_table(t).await?;
         }
-        self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
-        Ok(())
     }
 
     /// Writes without a timestamp of their own are stamped here, once, with
@@ -575,11 +568,56 @@ fn classify_attempt(e: &RequestAttemptError, message: String) -> StoreError {
     }
 }
 
+/// How often creating the tables is tried again after a node did not know a
+/// table yet.
+const SCHEMA_RACE_RETRIES: u32 = 3;
+
+/// Whether a schema statement failed because a node did not know a table
+/// that another had just created.
+fn is_schema_race(error: &StoreError) -> bool {
+    let text = error.to_string();
+    text.contains("Unknown CF") || text.contains("unconfigured table")
+}
+
+impl CassandraEngine {
+    async fn ensure_tables_once(&self, tables: &[&'static TableDef]) -> StoreResult<()> {
+        let ddl = create_keyspace(&self.keyspace, &self.replication, self.flavor);
+        self.session.query_unpaged(ddl, ()).await.map_err(execution_error)?;
+        for t in tables {
+            self.session.query_unpaged(create_table(&self.keyspace, t), ()).await.map_err(execution_error)?;
+            // A newer declaration that only adds columns is applied in place.
+            let missing = self.columns_to_add(t).await?;
+            for c in &missing {
+                self.session.query_unpaged(add_column(&self.keyspace, t, c), ()).await.map_err(execution_error)?;
+            }
+            // So are its options (compaction, gc_grace_seconds): they change
+            // how the nodes keep the data, not what is stored.
+            let options_changed = !self.options_applied(t).await?;
+            if options_changed {
+                self.session.query_unpaged(alter_options(&self.keyspace, t), ()).await.map_err(execution_error)?;
+            }
+            if !missing.is_empty() || options_changed {
+                self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
+            }
+            self.check_table(t).await?;
+        }
+        self.session.await_schema_agreement().await.map_err(|e| StoreError::Unavailable(format!("schema agreement: {e}")))?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::conformance::KV;
     use crate::ops::Upsert;
+
+    #[test]
+    fn a_table_unknown_to_one_node_is_a_schema_race() {
+        let unknown = "Database returned an error: Internal server error. Error message: java.lang.IllegalArgumentException: Unknown CF 07cd7520-f03e-11f1-9b51-8378bbd3721a";
+        assert!(is_schema_race(&StoreError::Internal(unknown.into())));
+        assert!(!is_schema_race(&StoreError::Unavailable("no node answered".into())));
+    }
 
     #[test]
     fn only_reads_and_writes_with_their_own_timestamp_may_be_retried_elsewhere() {
