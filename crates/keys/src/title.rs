@@ -2,7 +2,8 @@
 //!
 //! Normalisation, in order: the text is put in Unicode NFC (as MediaWiki
 //! does first: `e` + combining acute and `é` are one page), Unicode spaces and underscores become one space,
-//! directional marks are dropped, runs of spaces fold into one, surrounding
+//! directional marks are dropped (and the text composed again where that
+//! brought combining characters together), runs of spaces fold into one, surrounding
 //! space is trimmed, the first letter is upper-cased where the site says so,
 //! and spaces become underscores. `Main page`, `main_page` and ` Main__page `
 //! all become `Main_page` on a first-letter-upper site.
@@ -78,6 +79,12 @@ impl Title {
         }
         if folded.is_empty() {
             return Err(fail("it is empty".to_owned()));
+        }
+        // A dropped mark can bring combining characters together that NFC
+        // orders (or composes) differently: compose again, or the title
+        // would normalise differently the second time (the fuzzer found it).
+        if is_nfc_quick(folded.chars()) != IsNormalized::Yes {
+            folded = folded.nfc().collect();
         }
         let cased = match rules.first_letter {
             FirstLetterCase::Sensitive => folded,
@@ -214,6 +221,17 @@ mod tests {
         assert_eq!(norm("e\u{301}cole"), "\u{c9}cole");
         // Hangul, composed by NFC from its jamo.
         assert_eq!(norm("\u{1112}\u{1161}\u{11ab}"), "\u{d55c}");
+    }
+
+    #[test]
+    fn a_dropped_directional_mark_leaves_the_title_composed() {
+        // The fuzzer's input: a pop-directional mark between Hebrew points
+        // (classes 10 and 220); dropped, the points meet out of canonical order.
+        let found = "!\u{451}\u{5b0}\u{5a2}\u{202c}\u{5b0} ";
+        let once = Title::parse(found, UPPER).unwrap();
+        assert_eq!(Title::parse(once.as_str(), UPPER).unwrap(), once);
+        // A mark between a letter and its accent: one title with "é".
+        assert_eq!(norm("Cafe\u{200e}\u{301}"), "Caf\u{e9}");
     }
 
     #[test]
