@@ -132,6 +132,33 @@ pub struct StepRequest {
     /// Start the sweep from the beginning instead of its checkpoint.
     #[serde(default)]
     pub restart: bool,
+    /// Every page, or only the pages changed since the last completed sweep
+    /// of this scope (`all` when absent).
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+/// What a sweep visits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every partition of the swept tables: repair after a restore, the
+    /// audit's full count.
+    #[default]
+    All,
+    /// The pages the service's journal shows changed since the last completed
+    /// sweep of this scope ended (every page when there was none, or when it
+    /// is older than the journal keeps): a routine run.
+    Changed,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::Changed => "changed",
+        }
+    }
 }
 
 impl StepRequest {
@@ -258,7 +285,9 @@ mod tests {
     #[test]
     fn holders_and_budgets_are_bounded() {
         const RUN: &str = "a1b2c3d4-0000-11ee-8000-000000000000";
-        let step = |holder: &str, budget| StepRequest { holder: holder.into(), budget, dry_run: false, restart: false }.validate();
+        let step = |holder: &str, budget| {
+            StepRequest { holder: holder.into(), budget, dry_run: false, restart: false, scope: Scope::All }.validate()
+        };
         assert!(step(RUN, 500).is_ok());
         // Not time UUIDs: no text of the caller's reaches a log as a holder.
         for holder in ["", "run 1", "a1b2c3d4-0000-41ee-8000-000000000000", &"x".repeat(129)] {

@@ -518,11 +518,35 @@ pub mod janitor {
         comment: "mutual exclusion of janitor runs (conditional insert with a TTL)",
     };
 
-    pub static TABLES: [&TableDef; 2] = [&CHECKPOINTS, &LEASES];
+    /// The pages each service changed, by the minute they changed in: what
+    /// a routine janitor run visits instead of every page of the wiki. A
+    /// write records its page here before the change is visible; a run reads
+    /// the minutes since the one before it ended, never a deleted row (rows
+    /// only expire, whole windows at a time).
+    pub static JOURNAL: TableDef = TableDef {
+        name: "janitor_journal",
+        columns: &[
+            C::partition("service", Text),
+            C::partition("shard", BigInt),
+            C::partition("minute", BigInt),
+            // When the page changed (microseconds, the writer's clock), then
+            // the page's partition key in the service's own table.
+            C::clustering("at", BigInt, Order::Asc),
+            C::clustering("page", Blob, Order::Asc),
+        ],
+        // Longer than the longest wait of a page for its visit (the graph's
+        // change retention, 30 days by default); a run whose last one is
+        // further back than this visits every page instead.
+        default_ttl: Some(5 * WEEK),
+        compaction: Compaction::TimeWindow,
+        comment: "pages each service changed, by minute, for the janitor's routine runs",
+    };
+
+    pub static TABLES: [&TableDef; 3] = [&CHECKPOINTS, &LEASES, &JOURNAL];
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 20] = [
+pub static ALL_TABLES: [&TableDef; 21] = [
     &meta::SCHEMA_META,
     &current_store::PAGE_RENDERS,
     &current_store::DOMAIN_PAGES,
@@ -543,6 +567,7 @@ pub static ALL_TABLES: [&TableDef; 20] = [
     &dependency_graph::PAGE_WRITERS,
     &janitor::CHECKPOINTS,
     &janitor::LEASES,
+    &janitor::JOURNAL,
 ];
 
 #[cfg(test)]

@@ -24,6 +24,16 @@ impl StorageSettings {
             StorageSettings::Cassandra(_) => "cassandra",
         }
     }
+
+    /// How long after it was sent a write may still land: the request
+    /// timeout on Cassandra; the embedded engine's writes are in order, none
+    /// in flight behind another.
+    pub fn write_timeout(&self) -> std::time::Duration {
+        match self {
+            StorageSettings::Cassandra(options) => options.request_timeout,
+            StorageSettings::Embedded { .. } => std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// Opens the engine the settings name.

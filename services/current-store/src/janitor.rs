@@ -27,9 +27,10 @@ use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
 use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
+use revstore_schema::TableDef;
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, PAGE_RENDERS, SUPPRESSED, col};
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Entitlement, Stepped, Sweep, SweepError, SweepPosition};
-use revstore_storage::{Delete, ReadQuery, Row, ScanQuery, ScannedPartition, Slice, Store, Value, row_bytes};
+use revstore_service::janitor_admin::{AuditSweep, AuditedTable, ChangedPages, Entitlement, EveryPage, PageVisit, Sweep, SweepError};
+use revstore_storage::{Delete, ReadQuery, Row, ScannedPartition, Slice, Store, Value, row_bytes};
 
 use crate::pages::{Held, Pages, held};
 use crate::render::decode_part;
@@ -46,7 +47,9 @@ const HAND_OFF_MARGIN: Duration = Duration::from_secs(300);
 const ARCHIVE_LIST_PAGE: u32 = 1000;
 
 /// The sweeps current-store offers the janitor.
-pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn Sweep>> {
+/// `late_margin`: how late a journal row may land (the clock skew allowed
+/// and a storage write's timeout).
+pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Duration) -> Vec<Arc<dyn Sweep>> {
     let store = pages.store.clone();
     let audited = vec![
         AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })), scanned: true },
@@ -56,9 +59,19 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>) -> Vec<Arc<dyn S
         AuditedTable::live(&OUTBOX_SHARDS),
         AuditedTable::live(&OUTBOX_DEAD_LETTERS),
     ];
-    let mut sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(Retention { pages: pages.clone() }), Arc::new(AuditSweep::new(store, audited))];
+    let audit = AuditSweep::new(store.clone(), audited);
+    let journal = crate::pages::journal(&store);
+    let retention = Arc::new(Retention { pages: pages.clone() });
+    let mut sweeps: Vec<Arc<dyn Sweep>> = vec![
+        Arc::new(EveryPage::new(store.clone(), retention.clone())),
+        Arc::new(ChangedPages::new(&journal, retention, late_margin)),
+        Arc::new(audit.from_nodes()),
+        Arc::new(audit),
+    ];
     if let Some(old_store) = old_store {
-        sweeps.push(Arc::new(HandOffCheck { pages: pages.clone(), old_store }));
+        let check = Arc::new(HandOffCheck { pages: pages.clone(), old_store });
+        sweeps.push(Arc::new(EveryPage::new(store, check.clone())));
+        sweeps.push(Arc::new(ChangedPages::new(&journal, check, late_margin)));
     }
     sweeps
 }
@@ -71,43 +84,48 @@ struct Retention {
 }
 
 #[async_trait]
-impl Sweep for Retention {
+impl PageVisit for Retention {
     fn task(&self) -> Task {
         Task::Retention
     }
 
-    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+    fn table(&self) -> &'static TableDef {
+        &PAGE_RENDERS
+    }
+
+    /// A write supersedes the page's latest render; it is due for removal once
+    /// the grace period and the clock-skew allowance have passed.
+    fn due_after(&self) -> Duration {
+        self.pages.grace + self.pages.clock_skew
+    }
+
+    async fn visit(&self, page: &[Value], dry_run: bool, report: &mut StepReport) -> Result<(), SweepError> {
         let store = &self.pages.store;
-        let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
-        let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
         let cutoff = self.pages.retention_cutoff(store.now_micros());
-        for partition in &scanned.partitions {
-            let (domain, title) = stored_page(&partition.key)?;
-            let rows = page_rows(store, &partition.key).await?;
-            let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { continue };
-            // Behind the boundary, what was stored before the cutoff: a render
-            // stored after it (a late write) may just have been fetched.
-            let (behind, late): (Vec<_>, Vec<_>) = rows[at + 1..].iter().partition(|(h, _)| h.stored_at <= cutoff);
-            if behind.is_empty() {
-                continue;
-            }
-            report.rows += behind.len() as u64;
-            report.bytes += behind.iter().map(|(_, bytes)| bytes).sum::<u64>();
-            if dry_run {
-                continue;
-            }
-            let now = store.now_micros();
-            let writes = if late.is_empty() {
-                let held: Vec<Held> = rows.iter().map(|(h, _)| *h).collect();
-                self.pages.behind(&domain, &title, rows[at].0.id, &held, now)
-            } else {
-                let delete =
-                    |h: &Held| Delete::row(&PAGE_RENDERS, partition.key.clone(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
-                behind.iter().map(|(h, _)| delete(h).timestamp(now).into()).collect()
-            };
-            store.apply(writes).await?;
+        let (domain, title) = stored_page(page)?;
+        let rows = page_rows(store, page).await?;
+        let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { return Ok(()) };
+        // Behind the boundary, what was stored before the cutoff: a render
+        // stored after it (a late write) may just have been fetched.
+        let (behind, late): (Vec<_>, Vec<_>) = rows[at + 1..].iter().partition(|(h, _)| h.stored_at <= cutoff);
+        if behind.is_empty() {
+            return Ok(());
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
+        report.rows += behind.len() as u64;
+        report.bytes += behind.iter().map(|(_, bytes)| bytes).sum::<u64>();
+        if dry_run {
+            return Ok(());
+        }
+        let now = store.now_micros();
+        let writes = if late.is_empty() {
+            let held: Vec<Held> = rows.iter().map(|(h, _)| *h).collect();
+            self.pages.behind(&domain, &title, rows[at].0.id, &held, now)
+        } else {
+            let delete = |h: &Held| Delete::row(&PAGE_RENDERS, page.to_vec(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
+            behind.iter().map(|(h, _)| delete(h).timestamp(now).into()).collect()
+        };
+        store.apply(writes).await?;
+        Ok(())
     }
 }
 
@@ -148,38 +166,41 @@ struct HandOffCheck {
 }
 
 #[async_trait]
-impl Sweep for HandOffCheck {
+impl PageVisit for HandOffCheck {
     fn task(&self) -> Task {
         Task::Archive
     }
 
-    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        let store = &self.pages.store;
-        let scanned = store.scan_range(&ScanQuery::new(&PAGE_RENDERS, budget).after(from.after)).await?;
-        let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
-        for partition in &scanned.partitions {
-            let (domain, title) = stored_page(&partition.key)?;
-            let held = self.held_revisions(&domain, &title).await?;
-            let (Some(&first), Some(&last)) = (held.first(), held.last()) else { continue };
-            let archived = self.archived_revisions(&domain, &title, first, last).await?;
-            for rev in held.into_iter().filter(|rev| !archived.contains(rev)) {
-                let Some(found) =
-                    self.pages.of_rev(&domain, &title, rev, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]).await?
-                else {
-                    continue; // suppressed, or gone since it was listed
-                };
-                let body = archive_body(&found.row)?;
-                report.rows += 1;
-                report.bytes += body.html.as_ref().map_or(0, |h| h.len() as u64);
-                if !dry_run {
-                    self.old_store
-                        .archive(domain.as_str(), title.as_str(), rev.get(), &found.id.tid.to_string(), &body)
-                        .await
-                        .map_err(|e| SweepError::Dependency { service: "old-store", cause: e.to_string() })?;
-                }
+    fn table(&self) -> &'static TableDef {
+        &PAGE_RENDERS
+    }
+
+    fn due_after(&self) -> Duration {
+        HAND_OFF_MARGIN
+    }
+
+    async fn visit(&self, page: &[Value], dry_run: bool, report: &mut StepReport) -> Result<(), SweepError> {
+        let (domain, title) = stored_page(page)?;
+        let held = self.held_revisions(&domain, &title).await?;
+        let (Some(&first), Some(&last)) = (held.first(), held.last()) else { return Ok(()) };
+        let archived = self.archived_revisions(&domain, &title, first, last).await?;
+        for rev in held.into_iter().filter(|rev| !archived.contains(rev)) {
+            let Some(found) =
+                self.pages.of_rev(&domain, &title, rev, &[col::TID, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS]).await?
+            else {
+                continue; // suppressed, or gone since it was listed
+            };
+            let body = archive_body(&found.row)?;
+            report.rows += 1;
+            report.bytes += body.html.as_ref().map_or(0, |h| h.len() as u64);
+            if !dry_run {
+                self.old_store
+                    .archive(domain.as_str(), title.as_str(), rev.get(), &found.id.tid.to_string(), &body)
+                    .await
+                    .map_err(|e| SweepError::Dependency { service: "old-store", cause: e.to_string() })?;
             }
         }
-        Ok(Stepped { report, next: scanned.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
+        Ok(())
     }
 }
 

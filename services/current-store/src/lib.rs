@@ -119,7 +119,7 @@ impl ServiceDefinition for CurrentStore {
         let old_store = client(&args.old_store_url, "--old-store-url")?.map(OldStoreClient::new);
         let graph = client(&args.graph_url, "--graph-url")?.map(GraphClient::new);
         let Context { store, settings } = context;
-        let outbox_margin = args.clock_skew + storage_write_timeout(&settings.storage);
+        let outbox_margin = args.clock_skew + settings.storage.write_timeout();
         let pages = pages::Pages {
             store: store.clone(),
             grace: args.grace_ttl,
@@ -138,19 +138,10 @@ impl ServiceDefinition for CurrentStore {
         if old_store.is_none() {
             tracing::warn!(service = "current-store", "no --old-store-url: revisions are not handed to old-store");
         }
-        let sweeps = janitor::sweeps(&pages, old_store.clone());
+        let sweeps = janitor::sweeps(&pages, old_store.clone(), outbox_margin);
         let dumps = std::sync::Arc::new(revstore_service::dump::DumpPacer::new(args.dump_pages_per_second));
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
-    }
-}
-
-/// The longest a storage write may take before the client gives up on it.
-fn storage_write_timeout(storage: &revstore_storage::StorageSettings) -> Duration {
-    match storage {
-        revstore_storage::StorageSettings::Cassandra(options) => options.request_timeout,
-        // One process writes, in order: nothing is in flight behind it.
-        revstore_storage::StorageSettings::Embedded { .. } => Duration::ZERO,
     }
 }
 

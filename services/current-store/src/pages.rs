@@ -24,6 +24,7 @@ use futures_util::TryStreamExt;
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::dump::TitleIndex;
+use revstore_service::janitor_admin::Journal;
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
 use crate::error::PagesError;
@@ -41,6 +42,13 @@ use crate::render::{RenderBody, RenderId, StoredParts};
 /// is written with a page's first render, timestamped with it, and removed
 /// by the page's deletion (timestamped after its newest render).
 pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES };
+
+/// current-store's journal of changed pages: every render write records its
+/// page, so that the janitor's routine run visits only the pages written
+/// since the last.
+pub(crate) fn journal(store: &Store) -> Journal {
+    Journal::new(store.clone(), "current-store")
+}
 
 /// A render found in storage, with the stored parts that were asked for.
 #[derive(Debug, Clone)]
@@ -196,6 +204,7 @@ impl Pages {
         if head.iter().any(|h| h.id == id) || (beyond_head && self.find_tid(domain, title, id.rev, id.tid, &[]).await?.is_some()) {
             return Ok(PutOutcome::AlreadyStored);
         }
+        let [d, t] = key(domain, title);
         let first_of_revision = match head.iter().any(|h| h.id.rev == id.rev) {
             true => false,
             false if beyond_head && head.last().is_some_and(|last| last.id.rev > id.rev) => {
@@ -206,7 +215,9 @@ impl Pages {
         let becomes_latest = head.first().is_none_or(|latest| id.is_newer_than(&latest.id));
 
         let parts = StoredParts::encode(body);
-        let mut durable_first: Vec<Write> = Vec::new();
+        // The janitor's routine run visits the page once this render's
+        // predecessor is due for removal.
+        let mut durable_first: Vec<Write> = vec![journal(&self.store).entry(&[d.clone(), t.clone()])];
         // A page's first render (or its first since the page was deleted)
         // enters the dump index before it can be seen.
         if head.is_empty() {
@@ -227,7 +238,6 @@ impl Pages {
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
         let now = self.store.now_micros();
-        let [d, t] = key(domain, title);
         let mut becoming_visible: Vec<Write> = vec![
             Upsert::new(&PAGE_RENDERS, [d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)])
                 .set(col::STORED_AT, Value::Timestamp(now / 1000))

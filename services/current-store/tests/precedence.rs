@@ -186,8 +186,11 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
 
 /// The janitor's retention sweep over every page, to the end.
 async fn run_retention(pages: &Pages) {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None);
-    let retention = sweeps.iter().find(|s| s.task() == revstore_api::janitor::Task::Retention).expect("a retention sweep");
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let retention = sweeps
+        .iter()
+        .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)
+        .expect("a retention sweep");
     let mut at = revstore_service::janitor_admin::SweepPosition::start_of(0);
     loop {
         let stepped = retention.step(at, 100, false).await.expect("retention step");

@@ -42,8 +42,11 @@ async fn rows_held(f: &Fixture, title: &Title) -> usize {
 }
 
 async fn run_retention(pages: &Pages) -> u64 {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None);
-    let retention = sweeps.iter().find(|s| s.task() == revstore_api::janitor::Task::Retention).expect("a retention sweep");
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let retention = sweeps
+        .iter()
+        .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)
+        .expect("a retention sweep");
     let (mut at, mut rows) = (revstore_service::janitor_admin::SweepPosition::start_of(0), 0);
     loop {
         let stepped = retention.step(at, 100, false).await.expect("retention step");
@@ -90,4 +93,78 @@ async fn a_hot_page_is_trimmed_by_the_sweep_to_what_is_owed() {
     }
     assert!(f.pages.of_tid(&f.domain, &page, ids[79].rev, ids[79].tid, &["tid"]).await.expect("read").is_none());
     assert_eq!(run_retention(&f.pages).await, 0, "a second sweep found more to remove");
+}
+
+/// A routine (changed-scope) retention sweep to its end: (partitions it
+/// visited — journal partitions read and pages — and renders removed).
+async fn run_changed_retention(pages: &Pages) -> (u64, u64) {
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let retention = sweeps
+        .iter()
+        .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::Changed)
+        .expect("a changed retention sweep");
+    let (mut at, mut partitions, mut rows) = (revstore_service::janitor_admin::SweepPosition::default(), 0, 0);
+    loop {
+        let stepped = retention.step(at, 10, false).await.expect("retention step");
+        partitions += stepped.report.partitions;
+        rows += stepped.report.rows;
+        match stepped.next {
+            Some(next) => at = next,
+            None => return (partitions, rows),
+        }
+    }
+}
+
+async fn render_twice(f: &Fixture, page: &Title, rev: u64) {
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    for n in 0..2u64 {
+        let id = RenderId { rev: RevId::new(rev + n).expect("rev"), tid: generator.next_at(f.store.now()) };
+        f.pages.put(&f.domain, page, id, &common::render(&html[0], n), &Preconditions::default()).await.expect("put");
+        f.clock.advance_secs(10);
+    }
+}
+
+/// A routine run visits the pages written since the last one, not the wiki:
+/// the first visits every page (it has no journal window yet), the next ones
+/// only the pages whose superseded renders came due (and the journal's
+/// partitions of the minutes between: four a minute, however large the
+/// wiki), and a run after the journal's reach visits every page again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routine_retention_run_visits_what_changed_not_the_wiki() {
+    let f = fixture().await;
+    let quiet: Vec<Title> = (0..400).map(|n| title(&format!("Quiet page {n}"))).collect();
+    for page in &quiet {
+        render_twice(&f, page, 1).await;
+    }
+    f.clock.advance(GRACE + Duration::from_secs(120));
+    let (partitions, removed) = run_changed_retention(&f.pages).await;
+    assert!(partitions >= 400, "the first routine run visits every page: {partitions}");
+    assert_eq!(removed, 400, "one superseded render per page, past its grace period");
+
+    // Two pages written now; an hour of grace later only they are visited.
+    let (hot, warm) = (title("Hot page"), title("Warm page"));
+    render_twice(&f, &hot, 10).await;
+    render_twice(&f, &warm, 20).await;
+    assert_eq!(run_changed_retention(&f.pages).await.1, 0, "removed a render inside its grace period");
+    f.clock.advance(GRACE + Duration::from_secs(120));
+    let (partitions, removed) = run_changed_retention(&f.pages).await;
+    assert_eq!(removed, 2, "the two pages' superseded renders");
+    // The window is the time since the last run: about 63 minutes.
+    let journal_partitions = 4 * (GRACE.as_secs() / 60 + 4);
+    assert!(partitions <= journal_partitions + 2, "the run visited {partitions} partitions for 2 pages changed");
+    for page in [&hot, &warm] {
+        assert_eq!(rows_held(&f, page).await, 1, "{page}");
+    }
+    let (partitions, removed) = run_changed_retention(&f.pages).await;
+    assert_eq!(removed, 0);
+    assert!(partitions < 20, "a run right after another visited {partitions} partitions");
+
+    // No run for longer than the journal keeps: the next visits every page.
+    render_twice(&f, &hot, 30).await;
+    f.clock.advance(Duration::from_secs(40 * 86_400));
+    let (partitions, removed) = run_changed_retention(&f.pages).await;
+    assert!(partitions >= 402, "a run past the journal's reach visits every page: {partitions}");
+    assert_eq!(removed, 2, "the render it had and the first of the two new ones");
+    assert_eq!(rows_held(&f, &hot).await, 1);
 }

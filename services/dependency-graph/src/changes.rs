@@ -1,4 +1,5 @@
-//! The retention of `graph_changes`: the janitor's `retention` task.
+//! The retention of `graph_changes`: the janitor's `retention` task, page by
+//! page (every page, or those whose changes the journal shows came due).
 //!
 //! A change of a fragment is one row, kept so pull checks can compare it with
 //! their edges' update times; a template edited in many fragments over years
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use revstore_schema::tables::dependency_graph::{CHANGES, col};
-use revstore_storage::{Delete, ReadQuery, ScanPosition, ScanQuery, Upsert, Value, Write};
+use revstore_storage::{Delete, ReadQuery, Upsert, Value, Write};
 
 use crate::error::GraphError;
 use crate::graph::{ANY, FORGOTTEN, Graph};
@@ -25,53 +26,41 @@ use crate::graph::{ANY, FORGOTTEN, Graph};
 /// Change rows of one partition handled per batch.
 const CHUNK: usize = 500;
 
-/// What one retention step did.
+/// What forgetting a page's old changes did.
 #[derive(Debug, Default)]
 pub(crate) struct Forgotten {
-    pub partitions: u64,
     /// Fragment rows removed (dry run: that would be).
     pub rows: u64,
     pub bytes: u64,
-    pub next: Option<ScanPosition>,
 }
 
 impl Graph {
-    /// Up to `budget` partitions of `graph_changes` after `after`: fragment
-    /// rows older than `keep` removed, unless `dry_run`.
-    pub(crate) async fn forget_changes(
-        &self,
-        after: Option<ScanPosition>,
-        budget: u32,
-        keep: Duration,
-        dry_run: bool,
-    ) -> Result<Forgotten, GraphError> {
+    /// The fragment rows of one page's changes (`key`, a partition of
+    /// `graph_changes`) older than `keep` removed, unless `dry_run`.
+    pub(crate) async fn forget_page_changes(&self, key: &[Value], keep: Duration, dry_run: bool) -> Result<Forgotten, GraphError> {
         let horizon = (self.store().now_micros() - keep.as_micros() as i64) / 1000;
-        let scanned = self.store().scan_range(&ScanQuery::new(&CHANGES, budget).after(after)).await?;
-        let mut step = Forgotten { partitions: scanned.partitions.len() as u64, next: scanned.next, ..Forgotten::default() };
-        for partition in scanned.partitions {
-            let mut rows = std::pin::pin!(self.store().rows(ReadQuery::new(&CHANGES, partition.key.clone()).limit(CHUNK as u32)));
-            let mut chunk = Vec::with_capacity(CHUNK);
-            loop {
-                let row = rows.try_next().await?;
-                let ended = row.is_none();
-                if let Some(row) = row
-                    && let (Some(selector), Some(at)) = (row.text(col::SELECTOR), row.timestamp(col::CHANGED_AT))
-                {
-                    chunk.push((selector.to_owned(), at));
-                }
-                if chunk.len() == CHUNK || (ended && !chunk.is_empty()) {
-                    let writes = forget_chunk(&partition.key, &std::mem::take(&mut chunk), horizon, &mut step);
-                    if !dry_run && !writes.is_empty() {
-                        // The summary rows first: a step cut after them forgot nothing yet.
-                        self.store().apply(writes).await?;
-                    }
-                }
-                if ended {
-                    break;
+        let mut step = Forgotten::default();
+        let mut rows = std::pin::pin!(self.store().rows(ReadQuery::new(&CHANGES, key.to_vec()).limit(CHUNK as u32)));
+        let mut chunk = Vec::with_capacity(CHUNK);
+        loop {
+            let row = rows.try_next().await?;
+            let ended = row.is_none();
+            if let Some(row) = row
+                && let (Some(selector), Some(at)) = (row.text(col::SELECTOR), row.timestamp(col::CHANGED_AT))
+            {
+                chunk.push((selector.to_owned(), at));
+            }
+            if chunk.len() == CHUNK || (ended && !chunk.is_empty()) {
+                let writes = forget_chunk(key, &std::mem::take(&mut chunk), horizon, &mut step);
+                if !dry_run && !writes.is_empty() {
+                    // The summary rows first: a step cut after them forgot nothing yet.
+                    self.store().apply(writes).await?;
                 }
             }
+            if ended {
+                return Ok(step);
+            }
         }
-        Ok(step)
     }
 }
 

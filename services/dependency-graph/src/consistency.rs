@@ -190,7 +190,7 @@ impl Graph {
         keep: usize,
     ) -> Result<Found, GraphError> {
         let table = pass.table();
-        let cut = |after, inside| Some(SweepPosition { pass: from.pass, after, inside });
+        let cut = |after, inside| Some(SweepPosition { pass: from.pass, after, inside, cursor: Vec::new() });
         let mut found = Found::default();
         let mut rows_left = budget.rows.max(1);
         let mut after = from.after;
@@ -417,6 +417,7 @@ mod tests {
             pass: 1,
             after: Some(ScanPosition { token: -9, key: vec![Value::from("en"), Value::from("Before")] }),
             inside: Some((partition.clone(), vec![Value::from(7i64), Value::from("modification"), Value::from("T")])),
+            cursor: vec![Value::from(3i64), Value::Null],
         };
         assert_eq!(parse_position_text(&position_text(&position)).expect("parse"), position);
         // A bare scan position, odd or non-hex text: refused (a 400), never read as a position.

@@ -17,19 +17,32 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use revstore_api::janitor::{StepReport, Task};
-use revstore_schema::tables::dependency_graph::TABLES;
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, Stepped, Sweep, SweepError, SweepPosition};
+use revstore_schema::TableDef;
+use revstore_schema::tables::dependency_graph::{CHANGES, TABLES};
+use revstore_service::janitor_admin::{
+    AuditSweep, AuditedTable, ChangedPages, EveryPage, PageVisit, Stepped, Sweep, SweepError, SweepPosition,
+};
+use revstore_storage::Value;
 
 use crate::consistency::{Budget, Direction, Pass};
 use crate::graph::Graph;
 
-/// The sweeps dependency-graph offers the janitor.
-pub fn sweeps(graph: &Graph, change_retention: Duration) -> Vec<Arc<dyn Sweep>> {
+/// The sweeps dependency-graph offers the janitor: the repair reads every
+/// edge (scope `all` only: the two rows of an edge are written in one batch,
+/// so only a bug or a restore parts them); change retention visits every
+/// page, or (scope `changed`) the pages whose changes came due.
+/// `late_margin`: how late a journal row may land behind its time.
+pub fn sweeps(graph: &Graph, change_retention: Duration, late_margin: Duration) -> Vec<Arc<dyn Sweep>> {
+    let store = graph.store().clone();
     let audited = TABLES.iter().map(|t| AuditedTable::live(t)).collect();
+    let audit = AuditSweep::new(store.clone(), audited);
+    let retention = Arc::new(ChangeRetention { graph: graph.clone(), keep: change_retention });
     vec![
         Arc::new(Repair { graph: graph.clone() }),
-        Arc::new(ChangeRetention { graph: graph.clone(), keep: change_retention }),
-        Arc::new(AuditSweep::new(graph.store().clone(), audited)),
+        Arc::new(EveryPage::new(store, retention.clone())),
+        Arc::new(ChangedPages::new(&graph.journal(), retention, late_margin)),
+        Arc::new(audit.from_nodes()),
+        Arc::new(audit),
     ]
 }
 
@@ -69,14 +82,23 @@ struct ChangeRetention {
 }
 
 #[async_trait]
-impl Sweep for ChangeRetention {
+impl PageVisit for ChangeRetention {
     fn task(&self) -> Task {
         Task::Retention
     }
 
-    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
-        let step = self.graph.forget_changes(from.after, budget, self.keep, dry_run).await?;
-        let report = StepReport { partitions: step.partitions, rows: step.rows, bytes: step.bytes, ..StepReport::default() };
-        Ok(Stepped { report, next: step.next.map(|p| SweepPosition::in_pass(0, Some(p))) })
+    fn table(&self) -> &'static TableDef {
+        &CHANGES
+    }
+
+    fn due_after(&self) -> Duration {
+        self.keep
+    }
+
+    async fn visit(&self, page: &[Value], dry_run: bool, report: &mut StepReport) -> Result<(), SweepError> {
+        let forgotten = self.graph.forget_page_changes(page, self.keep, dry_run).await?;
+        report.rows += forgotten.rows;
+        report.bytes += forgotten.bytes;
+        Ok(())
     }
 }

@@ -87,9 +87,12 @@ impl ServiceDefinition for DependencyGraph {
     async fn build(own: Settings, context: Context) -> Result<Service, BoxError> {
         let Context { store, settings } = context;
         let titles = settings.titles;
+        // A change's time may run ahead of the graph's clock by the skew
+        // allowed, and its journal row land as late as a write's timeout.
+        let late_margin = revstore_keys::MAX_CLOCK_SKEW + settings.storage.write_timeout();
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
         let graph = Graph::new(platform.store().clone(), own.max_edges);
-        let sweeps = janitor::sweeps(&graph, own.change_retention);
+        let sweeps = janitor::sweeps(&graph, own.change_retention, late_margin);
         let state = routes::AppState { platform: platform.clone(), graph, titles, push_priority: own.push_priority };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))
     }

@@ -20,5 +20,5 @@ pub mod settings;
 pub mod summary;
 
 pub use run::{Janitor, RunOutcome};
-pub use settings::{Settings, Task};
+pub use settings::{Scope, Settings, Task};
 pub use summary::Summary;

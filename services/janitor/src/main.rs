@@ -51,7 +51,9 @@ async fn export_metrics(settings: &Settings, summary: &Summary) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let text = summary.prometheus(now);
     if let Some(base) = &settings.metrics_push_url {
-        let url = format!("{}/metrics/job/revstore-janitor", base.trim_end_matches('/'));
+        // A group per scope: a routine run's push replaces the last routine
+        // run's metrics, never the full run's counts.
+        let url = format!("{}/metrics/job/revstore-janitor/scope/{}", base.trim_end_matches('/'), settings.scope.name());
         let pushed = reqwest::Client::new().put(&url).header("content-type", "text/plain; version=0.0.4").body(text.clone()).send().await;
         match pushed.map(|r| r.error_for_status()) {
             Ok(Ok(_)) => tracing::info!(url, "metrics pushed"),

@@ -81,8 +81,13 @@ impl Janitor {
     /// Runs every task; `stop` ends the run at the next step.
     pub async fn run(&self, stop: CancellationToken) -> (RunOutcome, Summary) {
         let started = Instant::now();
-        let mut summary =
-            Summary { run: self.run_id.clone(), dry_run: self.settings.dry_run, skipped: self.skipped.clone(), ..Summary::default() };
+        let mut summary = Summary {
+            run: self.run_id.clone(),
+            dry_run: self.settings.dry_run,
+            scope: self.settings.scope,
+            skipped: self.skipped.clone(),
+            ..Summary::default()
+        };
         let outcome = match self.take_leases().await {
             Err((outcome, why)) => {
                 summary.stopped = Some(why);
@@ -202,6 +207,7 @@ impl Janitor {
             budget: self.settings.step_partitions,
             dry_run: self.settings.dry_run,
             restart: false,
+            scope: self.settings.scope,
         };
         let mut swept = Swept::default();
         loop {

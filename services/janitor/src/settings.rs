@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
-pub use revstore_api::janitor::Task;
+pub use revstore_api::janitor::{Scope, Task};
 use revstore_client::{ClientOptions, HttpClient, JanitorClient};
 
 /// The services whose sweeps of `task` a run drives. The tasks themselves
@@ -20,6 +20,17 @@ pub fn swept_by(task: Task) -> &'static [ServiceName] {
         Task::Graph => &[ServiceName::Graph],
         Task::Audit => &ServiceName::ALL,
     }
+}
+
+/// The scope named on the command line.
+fn scope_arg() -> impl clap::builder::TypedValueParser<Value = Scope> {
+    clap::builder::PossibleValuesParser::new([Scope::All.name(), Scope::Changed.name()])
+        .map(|name| if name == Scope::Changed.name() { Scope::Changed } else { Scope::All })
+}
+
+/// Whether a task has sweeps of `scope`.
+pub fn offered_in(task: Task, scope: Scope) -> bool {
+    scope == Scope::All || task != Task::Graph
 }
 
 /// A task named on the command line.
@@ -70,6 +81,14 @@ pub struct Settings {
     /// Report what would change, change nothing (dry runs keep their own checkpoints).
     #[arg(long)]
     pub dry_run: bool,
+
+    /// `changed`: a routine run, its work what changed since the last
+    /// (retention and the hand-off check of the pages the services' journals
+    /// show written since, the audit from the nodes' own figures); `all`:
+    /// every page of every table, the graph's repair and the audit's full
+    /// count (daily, and after a restore).
+    #[arg(long, env = "REVSTORE_JANITOR_SCOPE", default_value = "all", value_parser = scope_arg())]
+    pub scope: Scope,
 
     /// current-store's base URL (not set: its tasks are skipped, and the summary says so).
     #[arg(long, env = "REVSTORE_CURRENT_STORE_URL")]
@@ -143,9 +162,14 @@ impl Settings {
     pub const DEFAULT_LEASE_SECS: u64 = 300;
     pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 120;
 
-    /// The tasks to run, in run order, each once.
+    /// The tasks to run, in run order, each once. A routine run (scope
+    /// `changed`) has no graph repair: it reads every edge, whatever changed.
     pub fn tasks(&self) -> Vec<Task> {
-        let mut tasks = if self.tasks.is_empty() { Task::ALL.to_vec() } else { self.tasks.clone() };
+        let mut tasks = match (self.tasks.is_empty(), self.scope) {
+            (true, Scope::All) => Task::ALL.to_vec(),
+            (true, Scope::Changed) => Task::ALL.into_iter().filter(|t| offered_in(*t, Scope::Changed)).collect(),
+            (false, _) => self.tasks.clone(),
+        };
         tasks.sort();
         tasks.dedup();
         tasks
@@ -153,6 +177,9 @@ impl Settings {
 
     /// The services with a URL set, as clients; and what is skipped, said for the summary.
     pub fn targets(&self) -> Result<(Vec<Target>, Vec<String>), String> {
+        if let Some(task) = self.tasks.iter().find(|t| !offered_in(**t, self.scope)) {
+            return Err(format!("the {task} task reads every edge: it runs with --scope all only"));
+        }
         if !(1..=revstore_api::janitor::MAX_STEP_PARTITIONS).contains(&self.step_partitions) {
             return Err(format!("--step-partitions must be within 1-{}", revstore_api::janitor::MAX_STEP_PARTITIONS));
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use revstore_api::janitor::{PurgeReport, TableAudit};
+use revstore_api::janitor::{PurgeReport, Scope, TableAudit};
 use serde::Serialize;
 
 /// How a task (or the run) ended.
@@ -103,6 +103,8 @@ pub struct TaskSummary {
 pub struct Summary {
     pub run: String,
     pub dry_run: bool,
+    /// `changed` (a routine run) or `all`.
+    pub scope: Scope,
     pub status: Status,
     pub seconds: f64,
     pub tasks: BTreeMap<&'static str, TaskSummary>,

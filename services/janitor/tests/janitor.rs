@@ -468,7 +468,61 @@ async fn services_sharing_one_keyspace_resume_their_own_sweeps(engine: Engine) {
     }
 }
 
+/// A routine run (`--scope changed`) visits what changed since the last one:
+/// its first visits every page (there is no last one), the next only the
+/// pages written since (and the journal's partitions of the minutes between),
+/// however many others the wiki holds. It has no graph repair, and its audit
+/// reads no table.
+async fn a_routine_run_visits_what_changed_since_the_last(engine: Engine) {
+    let s = system(engine).await;
+    let now = SystemTime::now();
+    for t in 0..40 {
+        let generator = TidGenerator::new();
+        for (rev, ago) in [(100, 600), (101, 500)] {
+            let tid = generator.next_at(now - Duration::from_secs(ago)).to_string();
+            s.put_render(&format!("Quiet_{t}"), rev, &tid, &format!("<p>{t} {rev}</p>")).await;
+        }
+    }
+    // Past the grace TTL and the journal's margin for a late row (a storage
+    // write's timeout on Cassandra).
+    let quiet = GRACE_SECS + 12;
+    s.pass(quiet).await;
+    let routine = ["--scope", "changed"];
+    let (code, first, stderr) = s.janitor(&routine).await;
+    assert_eq!(code, 0, "{stderr}\n{first}");
+    assert_eq!(first["scope"], "changed", "{first}");
+    assert!(first["tasks"].get("graph").is_none(), "a routine run repaired the graph: {first}");
+    let retention = &first["tasks"]["retention"]["services"]["current-store"];
+    assert_eq!(retention["rows"], 40, "{first}");
+    assert!(retention["partitions"].as_u64().unwrap_or(0) >= 40, "the first routine run visits every page: {first}");
+    let renders = &first["tasks"]["audit"]["tables"]["current-store/page_renders"];
+    assert_eq!(renders["partitions"], 0, "a routine run's audit read the table: {first}");
+
+    // Two pages written again; the next routine run visits those.
+    for t in 0..2 {
+        let tid = TidGenerator::new().next_at(SystemTime::now()).to_string();
+        s.put_render(&format!("Quiet_{t}"), 102, &tid, "<p>again</p>").await;
+    }
+    s.pass(quiet).await;
+    let (code, next, stderr) = s.janitor(&routine).await;
+    assert_eq!(code, 0, "{stderr}\n{next}");
+    let retention = &next["tasks"]["retention"]["services"]["current-store"];
+    assert_eq!(retention["rows"], 2, "{next}");
+    let visited = retention["partitions"].as_u64().expect("partitions");
+    assert!(visited < 40, "a routine run visited {visited} partitions for 2 pages written: {next}");
+    for t in 0..2 {
+        let (status, html) = s.get_status(&format!("/{DOMAIN}/v1/page/html/Quiet_{t}")).await;
+        assert!(status == 200 && html.contains("again"), "Quiet_{t}: {status} {html}");
+    }
+
+    // The graph's repair reads every edge: asked of a routine run, refused.
+    let (code, _, stderr) = s.janitor(&["--scope", "changed", "graph"]).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("--scope all"), "{stderr}");
+}
+
 revstore_test_service::on_both_engines!(
+    a_routine_run_visits_what_changed_since_the_last,
     services_sharing_one_keyspace_resume_their_own_sweeps,
     a_run_removes_the_overstore_and_keeps_every_render_a_reader_is_owed,
     a_graph_divergence_is_found_and_repaired,

@@ -395,21 +395,31 @@ fn write_token(data_dir: &Path) -> Result<(PathBuf, TokenOrigin), BoxError> {
     Ok((path, origin))
 }
 
-/// Runs the janitor every `every` until `stop`, as a CronJob would; the last
-/// run's summary is kept in `summary_file`.
+/// How often `revstore up`'s janitor visits every page (its other runs visit
+/// what changed since the last), as the daily CronJob does.
+const FULL_JANITOR_EVERY: Duration = Duration::from_secs(86_400);
+
+/// Runs the janitor every `every` until `stop`, as the CronJobs would: a
+/// routine run (scope `changed`) each time, a full one first and then once a
+/// day. The last run's summary is kept in `summary_file`.
 async fn janitor_schedule(settings: revstore_janitor::Settings, every: Duration, summary_file: PathBuf, stop: CancellationToken) {
     // Settings a janitor cannot run with are said at the start, not an hour later.
     if let Err(e) = revstore_janitor::Janitor::new(settings.clone()) {
         tracing::error!(service = "janitor", error = %e, "the janitor cannot run");
         return;
     }
+    let mut last_full: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
+        let scope = match last_full {
+            Some(at) if at.elapsed() < FULL_JANITOR_EVERY => revstore_janitor::Scope::Changed,
+            _ => revstore_janitor::Scope::All,
+        };
         // A janitor per run, as each CronJob run is: each has a run id of its own.
-        let janitor = match revstore_janitor::Janitor::new(settings.clone()) {
+        let janitor = match revstore_janitor::Janitor::new(revstore_janitor::Settings { scope, ..settings.clone() }) {
             Ok(janitor) => janitor,
             Err(e) => {
                 tracing::error!(service = "janitor", error = %e, "the janitor cannot run");
@@ -417,6 +427,9 @@ async fn janitor_schedule(settings: revstore_janitor::Settings, every: Duration,
             }
         };
         let (outcome, summary) = janitor.run(stop.clone()).await;
+        if scope == revstore_janitor::Scope::All && outcome == revstore_janitor::RunOutcome::Completed {
+            last_full = Some(std::time::Instant::now());
+        }
         // A failed run (a 403 from a changed token, a service down) is the
         // operator's to see: warn, with what the summary says stopped it.
         if outcome == revstore_janitor::RunOutcome::Failed {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use revstore_api::janitor::{StepReport, TableAudit, Task};
+use revstore_api::janitor::{Scope, StepReport, TableAudit, Task};
 use revstore_schema::TableDef;
 use revstore_storage::{DiskUsage, ReadHealth, ScanPosition, ScanQuery, ScannedPartition, Store, TokenRange};
 
@@ -56,15 +56,25 @@ impl AuditedTable {
 
 /// The `audit` task: table by table, what the engine holds (see
 /// [`Store::holdings`]) against what readers are entitled to. Changes nothing.
+/// In a routine run (scope `changed`) it reads no table, only what the nodes
+/// report of each (disk, tombstones per read, the largest partition): a count
+/// of what the engine holds reads the whole wiki.
 #[derive(Debug)]
 pub struct AuditSweep {
     store: Store,
     tables: Vec<AuditedTable>,
+    scope: Scope,
 }
 
 impl AuditSweep {
     pub fn new(store: Store, tables: Vec<AuditedTable>) -> Self {
-        AuditSweep { store, tables }
+        AuditSweep { store, tables, scope: Scope::All }
+    }
+
+    /// The same tables reported from the nodes only: the routine run's audit.
+    pub fn from_nodes(&self) -> Self {
+        let tables = self.tables.iter().map(|t| AuditedTable { scanned: false, ..t.clone() }).collect();
+        AuditSweep { store: self.store.clone(), tables, scope: Scope::Changed }
     }
 }
 
@@ -72,6 +82,10 @@ impl AuditSweep {
 impl Sweep for AuditSweep {
     fn task(&self) -> Task {
         Task::Audit
+    }
+
+    fn scope(&self) -> Scope {
+        self.scope
     }
 
     /// One pass per table, in their order.

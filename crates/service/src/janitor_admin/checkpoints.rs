@@ -47,6 +47,20 @@ impl Checkpoints {
         self.store.write(row).await
     }
 
+    /// A mark a sweep keeps beyond its passes (where the last completed
+    /// changed sweep ended, in microseconds), in the same table.
+    pub(super) async fn load_mark(&self, name: &str) -> StoreResult<Option<i64>> {
+        let row = self.store.get(&CHECKPOINTS, vec![self.key(name)], None).await?;
+        Ok(row.as_ref().and_then(|r| r.text("cursor")).and_then(|text| text.parse().ok()))
+    }
+
+    pub(super) async fn save_mark(&self, name: &str, micros: i64) -> StoreResult<()> {
+        let row = Upsert::new(&CHECKPOINTS, [self.key(name)])
+            .set("cursor", micros.to_string())
+            .set("updated_at", Value::Timestamp(revstore_keys::time::millis(self.store.now())));
+        self.store.write(row).await
+    }
+
     pub(super) async fn clear(&self, job: &str) -> StoreResult<()> {
         self.store.write(Delete::partition(&CHECKPOINTS, [self.key(job)])).await
     }

@@ -19,6 +19,7 @@
 
 mod audit;
 mod checkpoints;
+mod journal;
 mod lease;
 mod routes;
 mod sweep;
@@ -28,10 +29,11 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 use axum::routing::post;
-use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, StepReport, StepRequest, TableAudit, Task};
+use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, Scope, StepReport, StepRequest, TableAudit, Task};
 use utoipa::OpenApi;
 
 pub use audit::{AuditSweep, AuditedTable, Entitlement};
+pub use journal::{ChangedPages, EveryPage, Journal, PageVisit};
 pub use lease::LeaseError;
 pub use sweep::{Stepped, Sweep, SweepError, SweepPosition};
 
@@ -42,7 +44,7 @@ use crate::{Access, Platform, Routes};
 #[derive(Clone)]
 pub struct JanitorAdmin {
     platform: Platform,
-    sweeps: Arc<BTreeMap<Task, Arc<dyn Sweep>>>,
+    sweeps: Arc<BTreeMap<(Task, Scope), Arc<dyn Sweep>>>,
     leases: lease::LeaseBook,
     checkpoints: checkpoints::Checkpoints,
 }
@@ -61,7 +63,7 @@ impl FromRef<JanitorAdmin> for Access {
 
 impl JanitorAdmin {
     pub fn new(platform: Platform, sweeps: Vec<Arc<dyn Sweep>>) -> Self {
-        let sweeps = sweeps.into_iter().map(|s| (s.task(), s)).collect();
+        let sweeps = sweeps.into_iter().map(|s| ((s.task(), s.scope()), s)).collect();
         let (store, service) = (platform.store().clone(), platform.service());
         JanitorAdmin {
             leases: lease::LeaseBook::new(store.clone(), service),
@@ -84,6 +86,6 @@ impl JanitorAdmin {
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(routes::take_lease, routes::give_back_lease, routes::step, routes::purge),
-    components(schemas(LeaseRequest, Lease, StepRequest, StepReport, TableAudit, PurgeReport, Problem))
+    components(schemas(LeaseRequest, Lease, StepRequest, Scope, StepReport, TableAudit, PurgeReport, Problem))
 )]
 pub struct JanitorAdminDoc;

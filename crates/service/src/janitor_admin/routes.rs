@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, StepReport, StepRequest, Task, check_holder, problems};
+use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, Scope, StepReport, StepRequest, Task, check_holder, problems};
 use revstore_keys::time::rfc3339_millis;
 use serde::Deserialize;
 
@@ -76,7 +76,7 @@ pub(super) async fn give_back_lease(
 
 /// One step of one of the service's sweeps, from its checkpoint.
 #[utoipa::path(post, path = "/admin/janitor/{task}/step", request_body = StepRequest,
-    params(("task" = String, Path, description = "retention, archive, graph or audit (those the service has)")),
+    params(("task" = String, Path, description = "retention, archive, graph or audit (those the service has, in the scope asked for)")),
     responses((status = 200, body = StepReport), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem),
         (status = 404, description = "the service offers no sweep of this task (problem kind janitor-task-not-offered)", body = Problem),
         (status = 409, description = "the caller does not hold the lease (problem kind janitor-lease-held)", body = Problem)),
@@ -88,14 +88,23 @@ pub(super) async fn step(
     Json(request): Json<StepRequest>,
 ) -> Result<Json<StepReport>, ApiError> {
     let not_offered = |detail: String| {
-        let offered: Vec<&str> = admin.sweeps.keys().map(|t| t.name()).collect();
+        let offered: Vec<String> = admin.sweeps.keys().map(|(t, s)| format!("{t} ({})", s.name())).collect();
         ApiError::not_found(format!("{detail}; this service sweeps: {}", offered.join(", "))).with_kind(problems::TASK_NOT_OFFERED)
     };
     let task: Task = task.parse().map_err(not_offered)?;
-    let Some(sweep) = admin.sweeps.get(&task).cloned() else { return Err(not_offered(format!("no {task} sweep here"))) };
+    let scope = request.scope;
+    let Some(sweep) = admin.sweeps.get(&(task, scope)).cloned() else {
+        return Err(not_offered(format!("no {task} sweep of scope {} here", scope.name())));
+    };
     let holder = request.validate().map_err(|e| ApiError::bad_request(e.0))?;
     admin.leases.check(&holder.to_string()).await?;
-    let job = if request.dry_run { format!("{task}:dry-run") } else { task.name().to_owned() };
+    // Each scope, and dry runs, keep checkpoints of their own.
+    let job = match (scope, request.dry_run) {
+        (Scope::All, false) => task.name().to_owned(),
+        (Scope::All, true) => format!("{task}:dry-run"),
+        (Scope::Changed, false) => format!("{task}:changed"),
+        (Scope::Changed, true) => format!("{task}:changed:dry-run"),
+    };
     let from = if request.restart { None } else { admin.checkpoints.load(&job).await? };
     let resumed = from.is_some();
     let stepped = sweep.step(from.unwrap_or_default(), request.budget, request.dry_run).await?;

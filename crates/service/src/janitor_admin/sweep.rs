@@ -3,7 +3,7 @@
 //! a [`SweepError`] to a status once).
 
 use async_trait::async_trait;
-use revstore_api::janitor::{StepReport, Task};
+use revstore_api::janitor::{Scope, StepReport, Task};
 use revstore_storage::value::{decode_values, encode_values};
 use revstore_storage::{ScanPosition, StoreError, Value};
 
@@ -18,28 +18,33 @@ pub struct Stepped {
 /// Where a sweep stands, in one form for every service's sweeps: the pass it
 /// is in (one of several tables, a direction of the graph), the last
 /// partition it finished in that pass, and, when a step stopped inside a
-/// large partition, that partition and the last row it visited there. The
-/// service keeps it as the sweep's checkpoint between steps and runs.
+/// large partition, that partition and the last row it visited there; a
+/// sweep that is not a scan of a table (the journal of changed pages) keeps
+/// its place in `cursor`. The service keeps it as the sweep's checkpoint
+/// between steps and runs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SweepPosition {
     pub pass: usize,
     pub after: Option<ScanPosition>,
     pub inside: Option<(ScanPosition, Vec<Value>)>,
+    pub cursor: Vec<Value>,
 }
 
 /// The first byte of a position's bytes: its form, so that a later form can
 /// tell an earlier one (a checkpoint that does not decode is started over).
-const POSITION_FORM: u8 = 0x20;
+/// The form before `cursor` existed still decodes (with no cursor).
+const POSITION_FORM: u8 = 0x21;
+const POSITION_FORM_WITHOUT_CURSOR: u8 = 0x20;
 
 impl SweepPosition {
     /// The start of pass `pass`.
     pub fn start_of(pass: usize) -> Self {
-        SweepPosition { pass, after: None, inside: None }
+        SweepPosition { pass, after: None, inside: None, cursor: Vec::new() }
     }
 
     /// In pass `pass`, after the partition at `after` (its start when `None`).
     pub fn in_pass(pass: usize, after: Option<ScanPosition>) -> Self {
-        SweepPosition { pass, after, inside: None }
+        SweepPosition { pass, after, inside: None, cursor: Vec::new() }
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -49,15 +54,21 @@ impl SweepPosition {
             blob(self.after.as_ref().map(ScanPosition::to_bytes)),
             blob(self.inside.as_ref().map(|(p, _)| p.to_bytes())),
             blob(self.inside.as_ref().map(|(_, last)| encode_values(last))),
+            Value::Blob(encode_values(&self.cursor)),
         ]);
         [vec![POSITION_FORM], values].concat()
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, StoreError> {
         let bad = || StoreError::invalid("not a sweep position");
-        let Some((&POSITION_FORM, rest)) = bytes.split_first() else { return Err(bad()) };
+        let Some((&form, rest)) = bytes.split_first() else { return Err(bad()) };
         let values = decode_values(rest).map_err(|_| bad())?;
-        let [Value::BigInt(pass), after, partition, last] = values.as_slice() else { return Err(bad()) };
+        let (values, cursor) = match (form, values.as_slice()) {
+            (POSITION_FORM, [first @ .., Value::Blob(cursor)]) => (first, decode_values(cursor).map_err(|_| bad())?),
+            (POSITION_FORM_WITHOUT_CURSOR, values) => (values, Vec::new()),
+            _ => return Err(bad()),
+        };
+        let [Value::BigInt(pass), after, partition, last] = values else { return Err(bad()) };
         let position = |v: &Value| match v {
             Value::Null => Ok(None),
             Value::Blob(b) => ScanPosition::from_bytes(b).map(Some),
@@ -69,7 +80,7 @@ impl SweepPosition {
             _ => return Err(bad()),
         };
         let pass = usize::try_from(*pass).map_err(|_| bad())?;
-        Ok(SweepPosition { pass, after: position(after)?, inside })
+        Ok(SweepPosition { pass, after: position(after)?, inside, cursor })
     }
 }
 
@@ -80,6 +91,12 @@ impl SweepPosition {
 pub trait Sweep: Send + Sync + 'static {
     /// The task it belongs to.
     fn task(&self) -> Task;
+
+    /// What it visits: every partition (the default), or what changed since
+    /// its last completed pass.
+    fn scope(&self) -> Scope {
+        Scope::All
+    }
 
     /// Visits up to `budget` partitions after `from` (the default position:
     /// from the start); with `dry_run`, counts what it would change and

@@ -43,6 +43,7 @@ use revstore_api::ChangeKind;
 use revstore_api::graph::{Edge, Replaced};
 use revstore_keys::{Domain, MAX_CLOCK_SKEW, Title, TitleRules};
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, col};
+use revstore_service::janitor_admin::Journal;
 use revstore_storage::value::decode_values;
 use revstore_storage::{Delete, ReadOrder, ReadQuery, Row, Slice, Store, Write, slices_after};
 use tokio::sync::Semaphore;
@@ -100,6 +101,13 @@ pub struct Graph {
 impl Graph {
     pub fn new(store: Store, max_edges: usize) -> Self {
         Graph { store, max_edges, listings: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)) }
+    }
+
+    /// The graph's journal of changed pages: a recorded change enters its
+    /// `graph_changes` partition, which the janitor's routine run visits
+    /// once the change retention has passed.
+    pub(crate) fn journal(&self) -> Journal {
+        Journal::new(self.store.clone(), crate::SERVICE)
     }
 
     pub fn store(&self) -> &Store {

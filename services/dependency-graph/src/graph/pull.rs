@@ -41,7 +41,9 @@ impl Graph {
                 .timestamp(at)
                 .into()
         };
-        self.store.apply(vec![change(&selector), change(ANY)]).await?;
+        // Its page is journaled first: the janitor's routine run visits it
+        // once the change retention has passed.
+        self.store.apply_in_stages(vec![vec![self.journal().entry(&partition)], vec![change(&selector), change(ANY)]]).await?;
         Ok(())
     }
 
