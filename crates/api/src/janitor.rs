@@ -87,6 +87,11 @@ pub struct LeaseRequest {
     pub holder: String,
     /// How long the lease lasts unless renewed (1 to 3600 seconds).
     pub ttl_secs: u64,
+    /// Which runs the lease keeps apart (`all` when absent): a routine run
+    /// and a full run each have a lease, so the hourly runs go on while a
+    /// full run takes days.
+    #[serde(default)]
+    pub scope: Scope,
 }
 
 impl LeaseRequest {
@@ -301,9 +306,9 @@ mod tests {
         }
         assert!(step(RUN, 0).is_err());
         assert!(step(RUN, MAX_STEP_PARTITIONS + 1).is_err());
-        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 0 }.validate().is_err());
-        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: MAX_LEASE_SECS + 1 }.validate().is_err());
-        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 60 }.validate().is_ok());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 0, scope: Scope::All }.validate().is_err());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: MAX_LEASE_SECS + 1, scope: Scope::Changed }.validate().is_err());
+        assert!(LeaseRequest { holder: RUN.into(), ttl_secs: 60, scope: Scope::All }.validate().is_ok());
     }
 
     #[test]

@@ -191,10 +191,10 @@ impl JanitorClient {
         self.decode(janitor::paths::LEASE, answer)
     }
 
-    /// Gives the lease back (nothing happens when `holder` does not hold it).
-    pub async fn give_back_lease(&self, holder: &str) -> Result<(), ClientError> {
-        // A holder is a UUID: nothing in it needs escaping in a query.
-        let path = format!("{}?holder={holder}", janitor::paths::LEASE);
+    /// Gives the lease of `scope` back (nothing happens when `holder` does not hold it).
+    pub async fn give_back_lease(&self, holder: &str, scope: janitor::Scope) -> Result<(), ClientError> {
+        // A holder is a UUID and a scope a word: nothing in them needs escaping in a query.
+        let path = format!("{}?holder={holder}&scope={}", janitor::paths::LEASE, scope.name());
         self.http.send(Method::DELETE, &path, HeaderMap::new(), None).await?;
         Ok(())
     }

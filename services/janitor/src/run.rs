@@ -112,17 +112,22 @@ impl Janitor {
     }
 
     fn clone_for_renewal(&self) -> Renewal {
-        Renewal { targets: self.targets.clone(), holder: self.run_id.clone(), lease_secs: self.settings.lease_secs }
+        Renewal {
+            targets: self.targets.clone(),
+            holder: self.run_id.clone(),
+            lease_secs: self.settings.lease_secs,
+            scope: self.settings.scope,
+        }
     }
 
     /// The lease of every service, in a fixed order (so two runs contend on
     /// the first); on a refusal the ones taken are given back.
     async fn take_leases(&self) -> Result<(), (RunOutcome, String)> {
-        let request = LeaseRequest { holder: self.run_id.clone(), ttl_secs: self.settings.lease_secs };
+        let request = LeaseRequest { holder: self.run_id.clone(), ttl_secs: self.settings.lease_secs, scope: self.settings.scope };
         for (i, target) in self.targets.iter().enumerate() {
             if let Err(e) = target.client.take_lease(&request).await {
                 for taken in &self.targets[..i] {
-                    let _ = taken.client.give_back_lease(&self.run_id).await;
+                    let _ = taken.client.give_back_lease(&self.run_id, self.settings.scope).await;
                 }
                 return Err(if e.is_problem(problems::LEASE_HELD) {
                     (RunOutcome::Interrupted, format!("another janitor run is under way ({}): {e}", target.service.name()))
@@ -137,7 +142,7 @@ impl Janitor {
 
     async fn give_back_leases(&self) {
         for target in &self.targets {
-            if let Err(e) = target.client.give_back_lease(&self.run_id).await {
+            if let Err(e) = target.client.give_back_lease(&self.run_id, self.settings.scope).await {
                 tracing::warn!(service = target.service.name(), error = %e, "cannot give the lease back; it lapses by itself");
             }
         }
@@ -327,11 +332,12 @@ struct Renewal {
     targets: Vec<Target>,
     holder: String,
     lease_secs: u64,
+    scope: revstore_api::janitor::Scope,
 }
 
 impl Renewal {
     async fn renew_leases(self, lost: CancellationToken) {
-        let request = LeaseRequest { holder: self.holder.clone(), ttl_secs: self.lease_secs };
+        let request = LeaseRequest { holder: self.holder.clone(), ttl_secs: self.lease_secs, scope: self.scope };
         let mut every = tokio::time::interval(Duration::from_secs(self.lease_secs / 3));
         every.tick().await;
         loop {

@@ -519,6 +519,24 @@ async fn a_routine_run_visits_what_changed_since_the_last(engine: Engine) {
     let (code, _, stderr) = s.janitor(&["--scope", "changed", "graph"]).await;
     assert_eq!(code, 64, "{stderr}");
     assert!(stderr.contains("--scope all"), "{stderr}");
+
+    // A full run under way (its lease held, as for the days it takes at the
+    // size of a large wiki) keeps other full runs out, not the routine ones.
+    let full_run = TidGenerator::new().next().to_string();
+    for service in [&s.current, &s.old, &s.graph] {
+        let taken = reqwest::Client::new()
+            .post(service.url("/admin/janitor/lease"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"holder": full_run, "ttl_secs": 600}))
+            .send()
+            .await
+            .expect("lease");
+        assert_eq!(taken.status(), 200);
+    }
+    let (code, beside, stderr) = s.janitor(&routine).await;
+    assert_eq!(code, 0, "a routine run beside a full one: {stderr}\n{beside}");
+    let (code, second_full, _) = s.janitor(&["retention"]).await;
+    assert_eq!(code, 75, "a second full run beside the first: {second_full}");
 }
 
 revstore_test_service::on_both_engines!(

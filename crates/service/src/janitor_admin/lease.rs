@@ -1,10 +1,13 @@
 //! The run lease: a row with a TTL, taken by a conditional insert, so two
-//! janitor runs never overlap and a crashed run blocks the next one only
-//! until the TTL ends. Its key is the service's name: the services of one
-//! wiki may share a keyspace, and each keeps its own lease there.
+//! janitor runs of one scope never overlap and a crashed run blocks the next
+//! one only until the TTL ends. Its key is the service's name (the services
+//! of one wiki may share a keyspace, and each keeps its own lease there),
+//! with `:changed` for routine runs: a full run may take days, and the hourly
+//! routine runs go on beside it (their work is idempotent with its).
 
 use std::time::Duration;
 
+use revstore_api::janitor::Scope;
 use revstore_keys::time::millis;
 use revstore_schema::tables::janitor::LEASES;
 use revstore_storage::{Cas, Condition, Delete, Store, StoreError, Upsert, Value};
@@ -22,20 +25,24 @@ pub enum LeaseError {
     Store(#[from] StoreError),
 }
 
-/// The lease of one service.
+/// The lease of one service, for runs of one scope.
 #[derive(Debug, Clone)]
 pub(super) struct LeaseBook {
     store: Store,
-    service: &'static str,
+    name: String,
 }
 
 impl LeaseBook {
-    pub(super) fn new(store: Store, service: &'static str) -> Self {
-        LeaseBook { store, service }
+    pub(super) fn new(store: Store, service: &'static str, scope: Scope) -> Self {
+        let name = match scope {
+            Scope::All => service.to_owned(),
+            Scope::Changed => format!("{service}:changed"),
+        };
+        LeaseBook { store, name }
     }
 
     fn key(&self) -> Value {
-        Value::from(self.service)
+        Value::from(self.name.as_str())
     }
 
     /// The lease's holder and expiry (milliseconds), if anyone holds it.

@@ -45,7 +45,7 @@ use crate::{Access, Platform, Routes};
 pub struct JanitorAdmin {
     platform: Platform,
     sweeps: Arc<BTreeMap<(Task, Scope), Arc<dyn Sweep>>>,
-    leases: lease::LeaseBook,
+    leases: Arc<BTreeMap<Scope, lease::LeaseBook>>,
     checkpoints: checkpoints::Checkpoints,
 }
 
@@ -62,11 +62,17 @@ impl FromRef<JanitorAdmin> for Access {
 }
 
 impl JanitorAdmin {
+    fn lease(&self, scope: Scope) -> &lease::LeaseBook {
+        &self.leases[&scope]
+    }
+
     pub fn new(platform: Platform, sweeps: Vec<Arc<dyn Sweep>>) -> Self {
         let sweeps = sweeps.into_iter().map(|s| ((s.task(), s.scope()), s)).collect();
         let (store, service) = (platform.store().clone(), platform.service());
         JanitorAdmin {
-            leases: lease::LeaseBook::new(store.clone(), service),
+            leases: Arc::new(
+                [Scope::All, Scope::Changed].map(|scope| (scope, lease::LeaseBook::new(store.clone(), service, scope))).into(),
+            ),
             checkpoints: checkpoints::Checkpoints::new(store, service),
             platform,
             sweeps: Arc::new(sweeps),

@@ -50,7 +50,7 @@ pub(super) async fn take_lease(
     Json(request): Json<LeaseRequest>,
 ) -> Result<Json<Lease>, ApiError> {
     let holder = request.validate().map_err(|e| ApiError::bad_request(e.0))?.to_string();
-    let expires_at = admin.leases.take(&holder, Duration::from_secs(request.ttl_secs)).await?;
+    let expires_at = admin.lease(request.scope).take(&holder, Duration::from_secs(request.ttl_secs)).await?;
     Ok(Json(Lease { holder, expires_at: rfc3339_millis(expires_at) }))
 }
 
@@ -58,6 +58,9 @@ pub(super) async fn take_lease(
 pub(super) struct HolderQuery {
     /// The run giving the lease back.
     holder: String,
+    /// The scope of the lease (`all` when absent).
+    #[serde(default)]
+    scope: Scope,
 }
 
 /// Give the lease back (when this run holds it; otherwise nothing changes).
@@ -70,7 +73,7 @@ pub(super) async fn give_back_lease(
     Query(query): Query<HolderQuery>,
 ) -> Result<StatusCode, ApiError> {
     let holder = check_holder(&query.holder).map_err(|e| ApiError::bad_request(e.0))?.to_string();
-    admin.leases.give_back(&holder).await?;
+    admin.lease(query.scope).give_back(&holder).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -97,7 +100,7 @@ pub(super) async fn step(
         return Err(not_offered(format!("no {task} sweep of scope {} here", scope.name())));
     };
     let holder = request.validate().map_err(|e| ApiError::bad_request(e.0))?;
-    admin.leases.check(&holder.to_string()).await?;
+    admin.lease(scope).check(&holder.to_string()).await?;
     // Each scope, and dry runs, keep checkpoints of their own.
     let job = match (scope, request.dry_run) {
         (Scope::All, false) => task.name().to_owned(),
