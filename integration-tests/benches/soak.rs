@@ -369,6 +369,8 @@ fn encode(title: &str) -> String {
 struct JanitorRun {
     /// A full run (`--scope all`), or a routine one (`--scope changed`).
     full: bool,
+    /// The simulated day it ended in.
+    day: usize,
     seconds: f64,
     /// Partitions its sweeps visited (the audit's excepted: it reads every table).
     partitions: u64,
@@ -668,6 +670,7 @@ async fn main() {
                 let overstore = audit["overstore_on_disk"].as_f64().or_else(|| audit["overstore_ratio"].as_f64());
                 let finished = JanitorRun {
                     full,
+                    day: (run.started.elapsed().as_secs_f64() / run.day_secs) as usize,
                     seconds: started.elapsed().as_secs_f64(),
                     partitions,
                     per_task,
@@ -691,13 +694,12 @@ async fn main() {
         let (run, stores, janitor_runs) = (run.clone(), stores.clone(), janitor_runs.clone());
         tokio::spawn(async move {
             let mut timeline = Vec::new();
-            let mut seen_runs = 0;
             for day in 0..days {
                 let end = Duration::from_secs_f64((day + 1) as f64 * run.day_secs);
                 if let Some(wait) = end.checked_sub(run.started.elapsed()) {
                     tokio::time::sleep(wait).await;
                 }
-                let row = sample(&run, &stores, day, &janitor_runs, &mut seen_runs).await;
+                let row = sample(&run, &stores, day, &janitor_runs).await;
                 print_day(&row);
                 timeline.push(row);
             }
@@ -731,22 +733,15 @@ async fn main() {
     targets(&timeline, day_secs, warn_threshold, lost, run.acknowledged.load(Ordering::Relaxed));
 }
 
-/// The day's row: the nodes' figures, the day's latencies, a probe's
-/// hand-off lag, the janitor's runs since the last row (`seen_runs` of them
-/// were in earlier rows).
-async fn sample(
-    run: &Run,
-    stores: &[(&'static str, Store)],
-    day: usize,
-    janitor_runs: &Mutex<Vec<JanitorRun>>,
-    seen_runs: &mut usize,
-) -> Timeline {
+/// The day's row, taken once the day has ended: the nodes' figures, the
+/// day's latencies, a probe's hand-off lag, the janitor's runs that ended in
+/// the day.
+async fn sample(run: &Run, stores: &[(&'static str, Store)], day: usize, janitor_runs: &Mutex<Vec<JanitorRun>>) -> Timeline {
     // The day's writes on disk, not in memtables, when the run can flush the nodes.
     if let Some(nodetool) = arg("--nodetool") {
-        for service in [&run.system.current, &run.system.old, &run.system.graph] {
-            let flush = format!("{nodetool} flush {}", service.keyspace.clone().unwrap_or_default());
-            let _ = tokio::task::spawn_blocking(move || std::process::Command::new("sh").arg("-c").arg(flush).output()).await;
-        }
+        // Every keyspace at once: a nodetool is a JVM started per node.
+        let flush = format!("{nodetool} flush");
+        let _ = tokio::task::spawn_blocking(move || std::process::Command::new("sh").arg("-c").arg(flush).output()).await;
     }
     let tables = table_figures(stores).await;
     let lag = hand_off_lag(run).await;
@@ -757,8 +752,7 @@ async fn sample(
         }
         let stats = std::mem::take(&mut days[day]);
         let runs = janitor_runs.lock().expect("lock");
-        let today: Vec<JanitorRun> = runs[(*seen_runs).min(runs.len())..].iter().filter(|r| r.completed).cloned().collect();
-        *seen_runs = runs.len();
+        let today: Vec<JanitorRun> = runs.iter().filter(|r| r.completed && r.day == day).cloned().collect();
         (stats, today)
     };
     let routine: Vec<&JanitorRun> = janitor.iter().filter(|r| !r.full).collect();
@@ -779,7 +773,7 @@ async fn sample(
         v.sort();
         percentile_ms(&v, 0.99)
     };
-    let overstore = janitor_runs.lock().expect("lock").iter().rev().filter(|r| r.full).find_map(|r| r.overstore_on_disk);
+    let overstore = janitor_runs.lock().expect("lock").iter().rev().filter(|r| r.full && r.day <= day).find_map(|r| r.overstore_on_disk);
     Timeline {
         day,
         tables,
