@@ -191,6 +191,15 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// One site of a two-datacenter cluster (`deploy/cassandra/cassandra-sites`).
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// Its nodes, `address:port` comma-separated.
+    pub contact_points: String,
+    /// Its datacenter's name, as the nodes gossip it.
+    pub datacenter: String,
+}
+
 /// The three services of one system, wired to each other.
 #[derive(Debug)]
 pub struct System {
@@ -211,6 +220,22 @@ impl System {
     /// Starts old-store, the graph and current-store (in that order: each
     /// one's peers first), each ready before the next.
     pub async fn start(engine: Engine, options: Options) -> System {
+        System::start_with(engine, options, None).await
+    }
+
+    /// The whole system in each of two sites of one Cassandra cluster: each
+    /// site's services bound to its own datacenter and nodes (LOCAL_QUORUM
+    /// there), both on the same keyspaces, which the first site creates and
+    /// drops. `REVSTORE_CASSANDRA_REPLICATION` names both datacenters.
+    pub async fn start_in_sites(options: Options, first: &Site, second: &Site) -> (System, System) {
+        let one = System::start_with(Engine::Cassandra, options.clone(), Some((first, None))).await;
+        let two = System::start_with(Engine::Cassandra, options, Some((second, Some(&one)))).await;
+        (one, two)
+    }
+
+    /// `site`: the site's nodes and datacenter, and the system whose
+    /// keyspaces it shares (none: keyspaces of its own).
+    async fn start_with(engine: Engine, options: Options, site: Option<(&Site, Option<&System>)>) -> System {
         let dir = tempfile::tempdir().expect("tempdir");
         let token = format!("integration-{}", uuid_like());
         let token_file = dir.path().join("write-token");
@@ -254,11 +279,26 @@ impl System {
             ];
             let mut keyspace_name = None;
             if engine == Engine::Cassandra {
-                let keyspace = TestKeyspace::new(&format!("it_{}", name.replace('-', "_")));
-                args.extend(["--cassandra".into(), keyspace.node().to_owned(), "--keyspace".into(), keyspace.name().to_owned()]);
+                let shared = site.and_then(|(_, shared)| shared).map(|other| other.service(name).keyspace.clone().expect("a keyspace"));
+                let name = match shared {
+                    Some(name) => name,
+                    None => {
+                        let keyspace = TestKeyspace::new(&format!("it_{}", name.replace('-', "_")));
+                        let name = keyspace.name().to_owned();
+                        keyspaces.push(keyspace);
+                        name
+                    }
+                };
+                let nodes = match site {
+                    Some((site, _)) => site.contact_points.clone(),
+                    None => keyspaces.last().expect("a keyspace").node().to_owned(),
+                };
+                args.extend(["--cassandra".into(), nodes, "--keyspace".into(), name.clone()]);
+                if let Some((site, _)) = site {
+                    args.extend(["--cassandra-datacenter".into(), site.datacenter.clone()]);
+                }
                 args.extend(cassandra_access.iter().cloned());
-                keyspace_name = Some(keyspace.name().to_owned());
-                keyspaces.push(keyspace);
+                keyspace_name = Some(name);
             }
             args.extend(extra);
             let mut env = vec![("RUST_LOG".to_owned(), revstore_bench::SERVICE_LOG_FILTER.to_owned())];
@@ -300,6 +340,16 @@ impl System {
         let mut current = service("current-store", current_extra);
         current.start().await;
         System { engine, token, current, old, graph, http: reqwest::Client::new(), token_file, _keyspaces: keyspaces, dir }
+    }
+
+    /// One of the three services, by name.
+    pub fn service(&self, name: &str) -> &ServiceProcess {
+        match name {
+            "current-store" => &self.current,
+            "old-store" => &self.old,
+            "dependency-graph" => &self.graph,
+            other => panic!("no service {other:?}"),
+        }
     }
 
     /// Another current-store instance beside the first, sharing its storage
