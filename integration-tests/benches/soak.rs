@@ -58,8 +58,9 @@
 //! the first days' (three days' samples pooled each: one day's p99 is a few
 //! dozen samples deep; listings compared at one answer size, a full page and
 //! a short one, since a listing's work grows with its history until its page
-//! is full), overstore on disk within 1.3 after the first grace period, the
-//! routine run's work flat, 0 5xx, 0 acknowledged writes lost.
+//! is full), overstore on disk within 1.3 by every full run after the first
+//! (on Cassandra, after gc_grace: what a delete removes leaves the disk only
+//! then), the routine run's work flat, 0 5xx, 0 acknowledged writes lost.
 //!
 //! Which tombstone threshold stands for the farm's depends on what a table's
 //! partitions hold. A page's or a template's partition holds its history, so
@@ -67,7 +68,8 @@
 //! to the node's scaled threshold. A partition that is a span of real time
 //! (a minute of the outbox or the journal, an hour of compaction debt) is
 //! filled at the soak's rate per real second; its figure times the farm's
-//! rate over the soak's is held to Cassandra's own 1,000. A block of
+//! rate over the soak's (and, for an hour's bucket in a run shorter than an
+//! hour, extrapolated to the full hour) is held to Cassandra's own 1,000. A block of
 //! `archive_blocks` holds one range deletion per compaction of it whatever
 //! the time (a full run's range scan steps over those of a page of blocks),
 //! and is held to 1,000 too.
@@ -774,7 +776,10 @@ async fn main() {
     draw(&out, engine, &timeline);
     // The farm's edits per real second over the soak's (its time factor and
     // its load scale, which nearly cancel).
-    let scale = Scale { real_time_rate: (farm_edits as f64 / 86_400.0) / (edits_per_sim_day / day_secs) };
+    let scale = Scale {
+        real_time_rate: (farm_edits as f64 / 86_400.0) / (edits_per_sim_day / day_secs),
+        run_secs: run.started.elapsed().as_secs_f64(),
+    };
     targets(&timeline, day_secs, warn_threshold, scale, lost, run.acknowledged.load(Ordering::Relaxed));
 }
 
@@ -1058,11 +1063,30 @@ const REAL_TIME_BUCKETS: [&str; 3] = ["outbox_by_minute", "archive_debt_by_hour"
 /// blocks in its page. Held to the unscaled warning.
 const STRUCTURALLY_BOUNDED: [&str; 1] = ["archive_blocks"];
 
+/// Real seconds a real-time bucket spans, by table.
+fn bucket_secs(table: &str) -> f64 {
+    if table == "archive_debt_by_hour" { 3600.0 } else { 60.0 }
+}
+
 /// How the soak's load compares with the farm's, for the tombstone verdict.
 #[derive(Debug, Clone, Copy)]
 struct Scale {
     /// Farm edits per real second over the soak's.
     real_time_rate: f64,
+    /// Real seconds the soak ran: a bucket longer than the run is filled
+    /// only as far as the run went.
+    run_secs: f64,
+}
+
+impl Scale {
+    /// The most tombstones one read of a full real-time bucket would scan on
+    /// the farm, from the most the soak's reads scanned: the farm's rate over
+    /// the soak's, and a bucket the run did not fill extrapolated to full.
+    fn farm_bucket(&self, table: &str, measured: u64) -> u64 {
+        let span = bucket_secs(table);
+        let filled = span / span.min(self.run_secs);
+        (measured as f64 * self.real_time_rate * filled).ceil() as u64
+    }
 }
 
 /// A window's p99, its days' samples pooled (one day's p99 is a few dozen
@@ -1090,16 +1114,21 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
             let most = |days: &[&Timeline]| days.iter().filter_map(|t| t.tables.get(&table)).map(|d| d.tombstones_max).max().unwrap_or(0);
             let worst = most(&full);
             let short = table.rsplit('/').next().unwrap_or(&table);
-            let (equivalent, limit, how) = if REAL_TIME_BUCKETS.contains(&short) {
-                ((worst as f64 * scale.real_time_rate).ceil() as u64, CASSANDRA_TOMBSTONE_WARN, "real-time bucket, at the farm's rate")
+            let real_time = REAL_TIME_BUCKETS.contains(&short);
+            let (equivalent, limit, how) = if real_time {
+                (scale.farm_bucket(short, worst), CASSANDRA_TOMBSTONE_WARN, "real-time bucket, a full one at the farm's rate")
             } else if STRUCTURALLY_BOUNDED.contains(&short) {
                 (worst, CASSANDRA_TOMBSTONE_WARN, "bounded by a block")
             } else {
                 (worst, threshold, "scaled threshold")
             };
+            // A real-time bucket starts empty each minute or hour: within a run
+            // shorter than its span it only fills, and its bound is the full
+            // bucket above. Every other table must be flat once gc_grace has
+            // let the first deletions go.
             let settled: Vec<&Timeline> = full.iter().copied().filter(|t| t.day >= gc_grace_days).take(3).collect();
             let late = most(&full[full.len().saturating_sub(3)..]);
-            let growing = !settled.is_empty() && late > (most(&settled) as f64 * 1.2).ceil() as u64 + 2;
+            let growing = !real_time && !settled.is_empty() && late > (most(&settled) as f64 * 1.2).ceil() as u64 + 2;
             let ok = equivalent <= limit && !growing;
             all_met &= ok;
             if !ok || worst > threshold {
@@ -1127,8 +1156,10 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
         let (Some(from), Some(to)) = (early.first(), late.last()) else { continue };
         let count = |days: &[&Timeline]| days.iter().map(|t| pick(&t.samples).len()).sum::<usize>();
         let (a, b) = (window_p99(early, pick), window_p99(late, pick));
+        // A p99 of fewer than 100 samples is the slowest one or two of them.
+        let judged = if count(early) < 100 || count(late) < 100 { "too few samples to judge" } else { verdict(b <= a * 1.2) };
         println!(
-            "{name}: p99 of days {}-{} {a:.1} ms ({} samples), of days {}-{} {b:.1} ms ({}), ratio {:.2}: {}",
+            "{name}: p99 of days {}-{} {a:.1} ms ({} samples), of days {}-{} {b:.1} ms ({}), ratio {:.2}: {judged}",
             from.day + 1,
             early.last().map_or(0, |t| t.day + 1),
             count(early),
@@ -1136,15 +1167,24 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
             to.day + 1,
             count(late),
             b / a,
-            verdict(b <= a * 1.2)
         );
     }
     let (a, b) = (first.hand_off_lag_secs, last.hand_off_lag_secs);
     println!("hand-off lag: first day {a:.2} s, last day {b:.2} s: {}", verdict(b <= a * 1.2 || b - a < 5.0));
-    let after_grace: Vec<f64> = full.iter().skip(1).filter_map(|t| t.overstore_on_disk).collect();
-    if !after_grace.is_empty() {
-        let worst = after_grace.iter().copied().fold(0.0, f64::max);
-        println!("overstore on disk after the first grace period: at most {worst:.2}: {}", verdict(worst <= 1.3));
+    // What a delete removes leaves the disk only once gc_grace_seconds (ten
+    // simulated days) has passed and compaction has run: on Cassandra the
+    // disk is judged by the full runs after that; the embedded engine frees
+    // space as it deletes, so by every full run after the first.
+    let settled_from = if warn_threshold.is_some() { 10 } else { 1 };
+    let runs: Vec<(usize, f64)> =
+        full.iter().filter(|t| t.full_run_partitions > 0).filter_map(|t| t.overstore_on_disk.map(|r| (t.day + 1, r))).collect();
+    let settled: Vec<f64> = runs.iter().filter(|(day, _)| *day > settled_from).map(|(_, r)| *r).collect();
+    if !settled.is_empty() {
+        let worst = settled.iter().copied().fold(0.0, f64::max);
+        println!(
+            "overstore on disk by the full runs {runs:?} (day, ratio); after day {settled_from} at most {worst:.2}: {}",
+            verdict(worst <= 1.3)
+        );
     }
     // A routine run does all it does once every task's wait has passed:
     // retention's is a grace period (one simulated day), the hand-off

@@ -11,6 +11,8 @@
 //! `scripts/test` does). Each service's output goes to `<name>.log` in the
 //! system's directory; a failing test prints the end of every log.
 
+pub mod linearizable;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
