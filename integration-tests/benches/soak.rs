@@ -712,6 +712,20 @@ async fn main() {
                 // the embedded engine's held bytes count what it has not purged.
                 let audit = &summary["tasks"]["audit"];
                 let overstore = audit["overstore_on_disk"].as_f64().or_else(|| audit["overstore_ratio"].as_f64());
+                if full && let Some(tables) = audit["tables"].as_object() {
+                    // Which tables hold what the whole's ratio counts: bytes on disk and ideal.
+                    let mut parts: Vec<(u64, String)> = tables
+                        .iter()
+                        .filter_map(|(table, t)| {
+                            let (disk, ideal) = (t["bytes_on_disk"].as_u64()?, t["bytes_ideal"].as_u64().unwrap_or(0));
+                            let ratio = t["overstore_on_disk"].as_f64().map_or("-".to_owned(), |r| format!("{r:.2}"));
+                            Some((disk, format!("{table} {:.1}/{:.1} MiB ({ratio})", disk as f64 / 1048576.0, ideal as f64 / 1048576.0)))
+                        })
+                        .collect();
+                    parts.sort_by_key(|(disk, _)| std::cmp::Reverse(*disk));
+                    let parts: Vec<String> = parts.into_iter().take(6).map(|(_, p)| p).collect();
+                    println!("full run's audit, on disk over ideal by table: {}", parts.join("; "));
+                }
                 let finished = JanitorRun {
                     full,
                     day: (run.started.elapsed().as_secs_f64() / run.day_secs) as usize,
