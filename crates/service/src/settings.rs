@@ -67,6 +67,12 @@ pub struct StorageArgs {
     #[arg(long, env = "REVSTORE_CASSANDRA_CONSISTENCY", default_value = defaults::CONSISTENCY)]
     pub cassandra_consistency: ConsistencyLevel,
 
+    /// Conditional writes that must not have a winner in each datacenter (old-store's slot claims and
+    /// compactions, the janitor's leases) run at SERIAL, across datacenters; false runs them at LOCAL_SERIAL:
+    /// only for a switchover while every other datacenter is down and kept down (docs/OPERATIONS.md).
+    #[arg(long, env = "REVSTORE_CASSANDRA_SERIAL_ACROSS_SITES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cassandra_serial_across_sites: bool,
+
     /// Cassandra user name (with --cassandra-password-file).
     #[arg(long, env = "REVSTORE_CASSANDRA_USERNAME")]
     pub cassandra_username: Option<String>,
@@ -112,6 +118,7 @@ impl Default for StorageArgs {
             cassandra_datacenter: None,
             cassandra_replication: defaults::REPLICATION.parse().expect("the default replication parses"),
             cassandra_consistency: defaults::CONSISTENCY.parse().expect("the default consistency parses"),
+            cassandra_serial_across_sites: true,
             cassandra_username: None,
             cassandra_password_file: None,
             cassandra_tls_ca_file: None,
@@ -138,6 +145,7 @@ impl StorageArgs {
         options.datacenter = self.cassandra_datacenter.clone();
         options.replication = self.cassandra_replication.clone();
         options.consistency = self.cassandra_consistency;
+        options.serial_across_sites = self.cassandra_serial_across_sites;
         options.request_timeout = Duration::from_secs(self.storage_timeout_secs.max(1));
         options.credentials = match (&self.cassandra_username, &self.cassandra_password_file) {
             (Some(user), Some(file)) => {

@@ -333,6 +333,23 @@ pub enum Condition {
     Equals(Vec<(&'static str, Value)>),
 }
 
+/// Whose conditional writes a [`Cas`] is serialised against, where the
+/// keyspaces are replicated to several datacenters (sites). With one
+/// datacenter the two are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Serialized {
+    /// Against writers in the same datacenter only (LOCAL_SERIAL): two sites
+    /// can both win the same condition, so only for uses that are safe with a
+    /// winner in each site. Answers while the link between sites is cut.
+    #[default]
+    InSite,
+    /// Against writers in every datacenter (SERIAL): a majority of all
+    /// replicas takes part, so each write waits on the link between sites and
+    /// fails while it is cut (unless the operator, with every other site
+    /// down, has the engine serialise these within its site).
+    AcrossSites,
+}
+
 /// A conditional write (a lightweight transaction): the writes apply, atomically,
 /// only if the condition holds; among concurrent callers, exactly one sees a
 /// given state. All writes must target the condition's partition.
@@ -344,6 +361,7 @@ pub struct Cas {
     pub clustering: Option<Vec<Value>>,
     pub condition: Condition,
     pub writes: Vec<Write>,
+    pub serialized: Serialized,
 }
 
 impl Cas {
@@ -357,7 +375,13 @@ impl Cas {
             clustering: if clustering.is_empty() && upsert.table.clustering().next().is_some() { None } else { Some(clustering.to_vec()) },
             condition: Condition::NotExists,
             writes: vec![Write::Upsert(upsert)],
+            serialized: Serialized::InSite,
         }
+    }
+
+    /// The same write, serialised against writers in every datacenter.
+    pub fn across_sites(self) -> Self {
+        Cas { serialized: Serialized::AcrossSites, ..self }
     }
 }
 

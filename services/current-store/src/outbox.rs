@@ -62,7 +62,7 @@ use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
-use revstore_storage::{Cas, Condition, Delete, ReadQuery, Row, Slice, Store, StoreError, Upsert, Value, Write};
+use revstore_storage::{Cas, Condition, Delete, ReadQuery, Row, Serialized, Slice, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -243,6 +243,7 @@ impl Delivery {
         let mut lost = Vec::new();
         for (&shard, held) in &mut self.held {
             let renewal = Cas {
+                serialized: Serialized::InSite,
                 table: &OUTBOX_SHARDS,
                 partition: vec![Value::from(shard)],
                 clustering: Some(Vec::new()),
@@ -303,6 +304,7 @@ impl Delivery {
             Some(_) => return Ok(None),
         };
         let taking = Cas {
+            serialized: Serialized::InSite,
             table: &OUTBOX_SHARDS,
             partition: vec![Value::from(shard)],
             clustering: Some(Vec::new()),
@@ -410,6 +412,7 @@ impl Worker for Delivery {
     async fn stopped(&mut self) {
         for (&shard, held) in &self.held {
             let release = Cas {
+                serialized: Serialized::InSite,
                 table: &OUTBOX_SHARDS,
                 partition: vec![Value::from(shard)],
                 clustering: Some(Vec::new()),

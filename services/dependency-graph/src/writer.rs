@@ -25,7 +25,7 @@ use std::time::Duration;
 use rand::Rng;
 use revstore_keys::Domain;
 use revstore_schema::tables::dependency_graph::{PAGE_WRITERS, col};
-use revstore_storage::{Cas, Condition, Upsert, Value};
+use revstore_storage::{Cas, Condition, Serialized, Upsert, Value};
 
 use crate::error::GraphError;
 use crate::graph::Graph;
@@ -92,6 +92,7 @@ impl Graph {
             if free {
                 let next_clock = now.max(clock.unwrap_or(0) + 1);
                 let take = Cas {
+                    serialized: Serialized::InSite,
                     table: &PAGE_WRITERS,
                     partition: key.to_vec(),
                     clustering: Some(Vec::new()),
@@ -123,6 +124,7 @@ impl Graph {
 
     async fn give_back(&self, held: &Held) -> Result<(), GraphError> {
         let release = Cas {
+            serialized: Serialized::InSite,
             table: &PAGE_WRITERS,
             partition: held.key.to_vec(),
             clustering: Some(Vec::new()),

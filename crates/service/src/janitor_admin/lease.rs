@@ -10,7 +10,7 @@ use std::time::Duration;
 use revstore_api::janitor::Scope;
 use revstore_keys::time::millis;
 use revstore_schema::tables::janitor::LEASES;
-use revstore_storage::{Cas, Condition, Delete, Store, StoreError, Upsert, Value};
+use revstore_storage::{Cas, Condition, Delete, Serialized, Store, StoreError, Upsert, Value};
 
 /// Why a lease was not granted, or a step not allowed.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,7 @@ impl LeaseBook {
                 .set("expires_at", Value::Timestamp(expires_at))
                 .ttl(ttl.as_secs() as u32)
         };
-        let taken = self.store.cas(Cas::insert_if_not_exists(lease_row(millis(now)))).await?;
+        let taken = self.store.cas(Cas::insert_if_not_exists(lease_row(millis(now))).across_sites()).await?;
         if taken.applied {
             return Ok(expires_at);
         }
@@ -76,6 +76,7 @@ impl LeaseBook {
         // Ours: renew it, only if it is still ours.
         let acquired_at = current.and_then(|r| r.timestamp("acquired_at")).unwrap_or(millis(now));
         let renewal = Cas {
+            serialized: Serialized::AcrossSites,
             table: &LEASES,
             partition: vec![self.key()],
             clustering: Some(Vec::new()),
@@ -92,6 +93,7 @@ impl LeaseBook {
     /// Gives the lease back when `holder` holds it; otherwise changes nothing.
     pub(super) async fn give_back(&self, holder: &str) -> Result<(), StoreError> {
         let release = Cas {
+            serialized: Serialized::AcrossSites,
             table: &LEASES,
             partition: vec![self.key()],
             clustering: Some(Vec::new()),

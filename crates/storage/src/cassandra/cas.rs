@@ -32,12 +32,13 @@ use std::time::Duration;
 
 use rand::Rng;
 use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::frame::types::{Consistency, SerialConsistency};
 use scylla::response::query_result::QueryResult;
 
 use super::CassandraEngine;
 use super::cql::{self, Statement};
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, ReadQuery, Slice, Upsert, Write};
+use crate::ops::{Cas, CasOutcome, Condition, DeleteTarget, ReadQuery, Serialized, Slice, Upsert, Write};
 use crate::value::{Row, Value};
 use revstore_schema::ColumnKind;
 
@@ -67,9 +68,13 @@ enum Settled {
 impl CassandraEngine {
     pub(super) async fn conditional_write(&self, c: Cas) -> StoreResult<CasOutcome> {
         let statements = self.cas_statements(&c)?;
+        let serial = self.serial_of(c.serialized);
         let mut last_unknown = None;
         for _ in 0..ATTEMPTS {
-            let sent = if let [only] = statements.as_slice() { self.send(only).await? } else { self.send_batch(&statements, true).await? };
+            let sent = match statements.as_slice() {
+                [only] => self.send_at(only, Some(serial)).await?,
+                _ => self.send_batch_at(&statements, true, Some(serial)).await?,
+            };
             let error = match sent {
                 Ok(result) => return self.reported_outcome(&c, result),
                 Err(e) if outcome_unknown(&e) => e,
@@ -212,14 +217,27 @@ impl CassandraEngine {
         unreachable!("the loop returns")
     }
 
+    /// The serial consistency a conditional write's Paxos runs at.
+    fn serial_of(&self, serialized: Serialized) -> SerialConsistency {
+        match serialized {
+            Serialized::AcrossSites if self.serial_across_sites => SerialConsistency::Serial,
+            _ => self.serial_consistency,
+        }
+    }
+
     /// Settles a conditional write whose outcome is unknown (see the module's notes).
     async fn settle(&self, c: &Cas) -> StoreResult<Settled> {
         let condition_key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
+        // Read back at the write's own serial consistency: the same replicas' Paxos.
+        let read = match self.serial_of(c.serialized) {
+            SerialConsistency::Serial => Consistency::Serial,
+            SerialConsistency::LocalSerial => Consistency::LocalSerial,
+        };
         let mut all_visible = true;
         let mut condition_row_write = None;
         let mut own_rows = Vec::new();
         for w in &c.writes {
-            let visible = self.visible(w).await?;
+            let visible = self.visible(w, read).await?;
             all_visible &= visible;
             match w {
                 Write::Upsert(u) if u.key == condition_key => condition_row_write = Some(visible),
@@ -227,15 +245,15 @@ impl CassandraEngine {
                 Write::Delete(_) => {}
             }
         }
-        let current = if all_visible { None } else { self.condition_row(c).await? };
+        let current = if all_visible { None } else { self.condition_row(c, read).await? };
         Ok(settle_by(&c.condition, ReadBack { all_visible, condition_row_write, own_rows, current }))
     }
 
     /// Whether the effect of `w` is what a SERIAL read finds now.
-    async fn visible(&self, w: &Write) -> StoreResult<bool> {
+    async fn visible(&self, w: &Write, read: Consistency) -> StoreResult<bool> {
         match w {
             Write::Upsert(u) => {
-                let (row, statics) = self.serial_row(u.table, &u.key, Some(u.cells.iter().map(|(n, _)| *n).collect())).await?;
+                let (row, statics) = self.serial_row(u.table, &u.key, Some(u.cells.iter().map(|(n, _)| *n).collect()), read).await?;
                 Ok(upsert_visible(u, row.as_ref(), statics.as_ref()))
             }
             Write::Delete(d) => {
@@ -245,7 +263,7 @@ impl CassandraEngine {
                     DeleteTarget::Partition => Slice::all(),
                 };
                 let query = ReadQuery { slice, limit: Some(1), ..ReadQuery::new(d.table, d.partition.iter().cloned()) };
-                let (rows, statics) = self.read_at(&query, None, Some(self.serial_read)).await?;
+                let (rows, statics) = self.read_at(&query, None, Some(read)).await?;
                 let statics_gone = !matches!(d.target, DeleteTarget::Partition) || statics.is_none();
                 Ok(rows.is_empty() && statics_gone)
             }
@@ -254,9 +272,9 @@ impl CassandraEngine {
 
     /// The row the condition is checked against (the static cells when it names
     /// no row), read at SERIAL.
-    async fn condition_row(&self, c: &Cas) -> StoreResult<Option<Row>> {
+    async fn condition_row(&self, c: &Cas, read: Consistency) -> StoreResult<Option<Row>> {
         let key: Vec<Value> = c.partition.iter().cloned().chain(c.clustering.iter().flatten().cloned()).collect();
-        let (row, statics) = self.serial_row(c.table, &key, None).await?;
+        let (row, statics) = self.serial_row(c.table, &key, None, read).await?;
         Ok(if c.clustering.is_some() { row } else { statics })
     }
 
@@ -266,6 +284,7 @@ impl CassandraEngine {
         table: &'static revstore_schema::TableDef,
         key: &[Value],
         columns: Option<Vec<&'static str>>,
+        read: Consistency,
     ) -> StoreResult<(Option<Row>, Option<Row>)> {
         let pk_len = table.partition_key().count().min(key.len());
         let (partition, clustering) = key.split_at(pk_len);
@@ -275,7 +294,7 @@ impl CassandraEngine {
             columns,
             ..ReadQuery::new(table, partition.iter().cloned())
         };
-        let (rows, statics) = self.read_at(&query, None, Some(self.serial_read)).await?;
+        let (rows, statics) = self.read_at(&query, None, Some(read)).await?;
         // A partition-only key on a table with clustering columns names no row.
         let names_a_row = clustering.len() == table.clustering().count();
         Ok((rows.into_iter().next().filter(|_| names_a_row), statics))

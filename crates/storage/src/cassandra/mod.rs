@@ -57,8 +57,11 @@ pub struct CassandraEngine {
     flavor: Flavor,
     replication: Replication,
     prepared: Mutex<HashMap<String, PreparedStatement>>,
-    /// The consistency of reads that settle a conditional write (the serial one configured).
-    serial_read: Consistency,
+    /// The serial consistency of conditional writes serialised within the site.
+    serial_consistency: SerialConsistency,
+    /// Whether conditional writes serialised across sites run at SERIAL (or,
+    /// for a switchover with every other site down, as those within the site).
+    serial_across_sites: bool,
     metrics_service: &'static str,
     /// Per table, the widest token slice a holdings scan got through (see
     /// [`Engine::holdings`] below); absent: the whole range.
@@ -117,10 +120,8 @@ impl CassandraEngine {
             flavor,
             replication,
             prepared: Mutex::new(HashMap::new()),
-            serial_read: match options.serial_consistency {
-                SerialConsistency::Serial => Consistency::Serial,
-                SerialConsistency::LocalSerial => Consistency::LocalSerial,
-            },
+            serial_consistency: options.serial_consistency,
+            serial_across_sites: options.serial_across_sites,
             metrics_service: options.metrics_service,
             holdings_slices: Mutex::new(HashMap::new()),
             last_ts: AtomicI64::new(i64::MIN),
@@ -161,12 +162,33 @@ impl CassandraEngine {
     /// Sends a statement; the outer error is one before sending (preparing it),
     /// the inner one the request's, for callers that must tell how it failed.
     async fn send(&self, statement: &Statement) -> StoreResult<Result<QueryResult, ExecutionError>> {
-        let prepared = self.prepare(&statement.cql).await?;
+        self.send_at(statement, None).await
+    }
+
+    /// [`Self::send`], a conditional statement's Paxos run at `serial` when given (the session's otherwise).
+    async fn send_at(&self, statement: &Statement, serial: Option<SerialConsistency>) -> StoreResult<Result<QueryResult, ExecutionError>> {
+        let mut prepared = self.prepare(&statement.cql).await?;
+        if serial.is_some() {
+            prepared.set_serial_consistency(serial);
+        }
         Ok(self.session.execute_unpaged(&prepared, &statement.values).await)
     }
 
     async fn send_batch(&self, statements: &[Statement], single_partition: bool) -> StoreResult<Result<QueryResult, ExecutionError>> {
+        self.send_batch_at(statements, single_partition, None).await
+    }
+
+    /// [`Self::send_batch`], a conditional batch's Paxos run at `serial` when given.
+    async fn send_batch_at(
+        &self,
+        statements: &[Statement],
+        single_partition: bool,
+        serial: Option<SerialConsistency>,
+    ) -> StoreResult<Result<QueryResult, ExecutionError>> {
         let mut batch = Batch::new(if single_partition { BatchType::Unlogged } else { BatchType::Logged });
+        if serial.is_some() {
+            batch.set_serial_consistency(serial);
+        }
         let mut values = Vec::with_capacity(statements.len());
         // Prepare everything first: a statement that cannot be prepared fails the
         // batch before anything is sent.

@@ -64,7 +64,12 @@ pub struct CassandraOptions {
     /// Used when the keyspace has to be created.
     pub replication: Replication,
     pub consistency: ConsistencyLevel,
+    /// Of conditional writes serialised within the site ([`crate::Serialized::InSite`]).
     pub serial_consistency: SerialConsistency,
+    /// Whether conditional writes serialised across sites
+    /// ([`crate::Serialized::AcrossSites`]) run at SERIAL; false runs them at
+    /// `serial_consistency`, for a switchover while every other site is down.
+    pub serial_across_sites: bool,
     /// Client-side bound on every request.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -83,6 +88,7 @@ impl std::fmt::Debug for CassandraOptions {
             .field("replication", &self.replication)
             .field("consistency", &self.consistency)
             .field("serial_consistency", &self.serial_consistency)
+            .field("serial_across_sites", &self.serial_across_sites)
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
@@ -99,6 +105,7 @@ impl CassandraOptions {
             replication: Replication::Simple { factor: 1 },
             consistency: ConsistencyLevel::LocalQuorum,
             serial_consistency: SerialConsistency::LocalSerial,
+            serial_across_sites: true,
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             metrics_service: "revstore",

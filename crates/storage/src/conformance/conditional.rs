@@ -19,6 +19,7 @@ pub async fn a_conditional_insert_with_a_ttl_lapses(s: &Subject) {
 /// Giving a lease back: the row deleted only by its holder, and gone whole.
 pub async fn a_conditional_delete_removes_the_condition_row_only_when_it_holds(s: &Subject) {
     let release = |owner: &str| Cas {
+        serialized: Serialized::InSite,
         table: &KV,
         partition: vec![text("held")],
         clustering: Some(Vec::new()),
@@ -36,6 +37,7 @@ pub async fn a_conditional_delete_removes_the_condition_row_only_when_it_holds(s
     s.store.write(Upsert::new(&COUNTERS, [text("rows"), int(1)]).set("owner", "holder")).await.expect("write");
     s.store.write(Upsert::new(&COUNTERS, [text("rows"), int(2)]).set("owner", "other")).await.expect("write");
     let release_row = Cas {
+        serialized: Serialized::InSite,
         table: &COUNTERS,
         partition: vec![text("rows")],
         clustering: Some(vec![int(1)]),
@@ -91,6 +93,7 @@ pub async fn compare_and_set_loses_no_update(s: &Subject) {
                 let next = current.unwrap_or(0) + 1;
                 let outcome = store
                     .cas(Cas {
+                        serialized: Serialized::InSite,
                         table: &COUNTERS,
                         partition: vec![text("ctr")],
                         clustering: None,

@@ -36,7 +36,7 @@ use revstore_schema::model::ColumnType::{BigInt, Blob, Text, TimeUuid};
 use revstore_schema::{Column as C, Compaction, Order, TableDef};
 
 use crate::error::StoreError;
-use crate::ops::{Cas, Condition, Delete, ReadOrder, ReadQuery, ScanPosition, ScanQuery, Slice, TokenRange, Upsert, Write};
+use crate::ops::{Cas, Condition, Delete, ReadOrder, ReadQuery, ScanPosition, ScanQuery, Serialized, Slice, TokenRange, Upsert, Write};
 use crate::store::Store;
 use crate::value::{Row, Value};
 

@@ -26,6 +26,7 @@ pub async fn bad_requests_change_nothing(s: &Subject) {
     // A condition on a static that a write to another row sets: Cassandra
     // cannot carry the condition on that write, so no engine takes it.
     let cas = Cas {
+        serialized: Serialized::InSite,
         table: &MIXED,
         partition: vec![text("bad")],
         clustering: None,

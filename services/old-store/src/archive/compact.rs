@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use revstore_codecs::{BlockBuilder, BlockSettings, CodecError, encode_chained};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, col};
-use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Slice, Upsert, Value, Write};
+use revstore_storage::{Cas, Condition, Delete, DeleteTarget, ReadQuery, Serialized, Slice, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 
 use super::{Archive, integrity};
@@ -194,6 +194,7 @@ impl Archive {
             BaseChoice::On { block, slot } => statics.set(col::BASE_BLOCK, block).set(col::BASE_SLOT, slot),
         };
         let cas = Cas {
+            serialized: Serialized::AcrossSites,
             table: &ARCHIVE_BLOCKS,
             partition: key.partition_values().to_vec(),
             clustering: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use revstore_codecs::encode_chained;
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
-use revstore_storage::{Cas, Condition, ReadQuery, Row, Slice, Upsert, Value, Write};
+use revstore_storage::{Cas, Condition, ReadQuery, Row, Serialized, Slice, Upsert, Value, Write};
 
 use super::{Archive, ArchiveOutcome, TitleState, UpdatePolicy, key_values};
 use crate::block::{APPEND_LEVEL, BlockKey, DecodedBlock, DecodedEntry, GROWTH_LEVEL, tid_value};
@@ -156,6 +156,7 @@ impl Archive {
         };
         let [d, t] = key_values(domain, title);
         let cas = Cas {
+            serialized: Serialized::AcrossSites,
             table: &ARCHIVE_META,
             partition: vec![d.clone(), t.clone()],
             clustering: None,
