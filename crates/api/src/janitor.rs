@@ -263,6 +263,14 @@ impl TableAudit {
         Some(ratio(on_disk, self.bytes_ideal))
     }
 
+    /// What the nodes certainly keep over ideal bytes: the disk figure less
+    /// its rounding. On a small deployment the rounding is most of the
+    /// figure, so this is the ratio to alert on.
+    pub fn overstore_on_disk_at_least(&self) -> Option<f64> {
+        let on_disk = self.bytes_on_disk?.saturating_sub(self.disk_resolution_bytes.unwrap_or(0));
+        Some(ratio(on_disk, self.bytes_ideal))
+    }
+
     /// Held bytes over ideal bytes (1.0 for an empty table).
     pub fn overstore_ratio(&self) -> f64 {
         ratio(self.bytes_held, self.bytes_ideal)

@@ -701,6 +701,12 @@ async fn the_overstore_on_disk_is_measured_and_compaction_brings_it_to_the_ideal
     let total = exported.lines().find(|l| l.starts_with("revstore_janitor_overstore_on_disk_ratio{table=\"all\"} "));
     let total: f64 = total.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no total on-disk ratio: {exported}"));
     assert!((total - after.ratio).abs() < 1e-9, "the metric {total} is the summary's {}", after.ratio);
+    let at_least = exported.lines().find(|l| l.starts_with("revstore_janitor_overstore_on_disk_at_least_ratio{table=\"all\"} "));
+    let at_least: f64 =
+        at_least.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no at-least on-disk ratio: {exported}"));
+    let certain = after_json["tasks"]["audit"]["overstore_on_disk_at_least"].as_f64().expect("overstore_on_disk_at_least");
+    assert!((at_least - certain).abs() < 1e-9, "the alert's series {at_least} is the summary's {certain}");
+    assert!(at_least < total, "less the rounding ({at_least}) is below the rounded-up total ({total})");
     assert!(exported.contains("revstore_janitor_bytes_on_disk{table=\"current-store/page_renders\"} "), "{exported}");
     // The decay alerts' series (RevstoreTombstonesPerRead and the others), from the nodes.
     for series in ["tombstones_per_read_p99", "tombstones_per_read_max", "largest_partition_bytes"] {
