@@ -33,7 +33,8 @@
 //! dependents through the graph's listing; renders of real Parsoid HTML (the
 //! Anarchism history in `shared/data`, 1-60 KB); page deletions and revision
 //! suppressions; latest reads, old-revision reads, listings (a page's
-//! archived revisions, a template's dependents) and a dump of a domain once
+//! archived revisions, a page of a template's dependents as change
+//! propagation walks them) and a dump of a domain once
 //! a simulated day.
 //!
 //! This machine cannot write a farm's volume `F` times faster than the farm,
@@ -386,6 +387,14 @@ impl Run {
             // A listing of the page's archived revisions.
             r if r < 0.43 => {
                 let url = self.system.old.url(&format!("/{}/v1/archive/revisions/{}?limit={LISTING_PAGE}", d.name, encode(&title)));
+                self.call(Kind::Listing, self.system.http.get(url)).await;
+            }
+            // Change propagation walking a template's dependents, a page at
+            // a time (templates drawn as pages draw them: the hot ones have
+            // many dependents, so most answers are full pages).
+            r if r < 0.48 => {
+                let template = template_title(zipf(&mut rng, d.templates));
+                let url = self.system.graph.url(&format!("/{}/v1/dependents/{}?limit={LISTING_PAGE}", d.name, encode(&template)));
                 self.call(Kind::Listing, self.system.http.get(url)).await;
             }
             // The latest render: most of the traffic.
