@@ -147,7 +147,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     // A row no request could queue (its title is a dot segment, which the
     // client refuses to put in a URL), as damage or a bug could leave one, in
     // the shard of `Big`.
-    let shard = revstore_current_store::testing::outbox_shard(&domain, &title("Big"));
+    let shard = revstore_current_store::testing::outbox_shard(revstore_storage::Site::ONLY, &domain, &title("Big"));
     {
         let store = revstore_storage::open(revstore_storage::StorageSettings::Embedded {
             data_dir: current_dir.path().to_owned(),
@@ -189,7 +189,7 @@ async fn a_refused_hand_off_moves_aside_and_its_shard_keeps_flowing() {
     later.extend(
         (0..400)
             .map(|i| format!("Same_shard_{i}"))
-            .filter(|t| revstore_current_store::testing::outbox_shard(&domain, &title(t)) == shard)
+            .filter(|t| revstore_current_store::testing::outbox_shard(revstore_storage::Site::ONLY, &domain, &title(t)) == shard)
             .take(3),
     );
     for t in &later {
@@ -433,7 +433,7 @@ async fn the_hand_off_keeps_flowing_past_the_nodes_tombstone_limit() {
     let domain = revstore_keys::Domain::parse("en.wikipedia.org").expect("domain");
     let in_shard = |t: &String| {
         let title = revstore_keys::Title::parse(t, Default::default()).expect("title");
-        revstore_current_store::testing::outbox_shard(&domain, &title) == 0
+        revstore_current_store::testing::outbox_shard(revstore_storage::Site::ONLY, &domain, &title) == 0
     };
     let titles: Vec<String> = (0..).map(|i| format!("Flow_{i}")).filter(in_shard).take(threshold + threshold / 5).collect();
     let http = reqwest::Client::new();

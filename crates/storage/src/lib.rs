@@ -45,7 +45,7 @@ pub use migrate::MigrationOutcome;
 pub use open::{StorageSettings, open};
 pub use ops::{
     Cas, CasOutcome, Condition, Delete, DeleteTarget, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadOrder, ReadQuery,
-    ScanPosition, ScanQuery, ScanRows, ScannedPartition, Serialized, Slice, TokenRange, Upsert, Write, slices_after,
+    ScanPosition, ScanQuery, ScanRows, ScannedPartition, Serialized, Site, Slice, TokenRange, Upsert, Write, slices_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store};

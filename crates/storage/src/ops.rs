@@ -333,6 +333,23 @@ pub enum Condition {
     Equals(Vec<(&'static str, Value)>),
 }
 
+/// Which site (datacenter) of a deployment a store writes in, among how
+/// many: for state each site must keep to itself (current-store's outbox:
+/// a site's queue read and deleted by another site, which cannot yet see
+/// every row the first wrote, would lose them). Sites are numbered by their
+/// order in the keyspace's replication setting; one site unless it names
+/// several datacenters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Site {
+    /// A deployment in one datacenter (and the embedded engine).
+    pub const ONLY: Site = Site { index: 0, count: 1 };
+}
+
 /// Whose conditional writes a [`Cas`] is serialised against, where the
 /// keyspaces are replicated to several datacenters (sites). With one
 /// datacenter the two are the same.

@@ -14,7 +14,8 @@ use crate::value::clustering_key;
 use futures_util::{Stream, StreamExt};
 
 use crate::ops::{
-    Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Slice, Write,
+    Cas, CasOutcome, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadQuery, ScanQuery, ScanRows, ScannedPartition, Site, Slice,
+    Write,
 };
 use crate::value::{Row, Value, decode_values, encode_values};
 
@@ -59,6 +60,11 @@ pub trait Engine: Send + Sync + Debug {
     /// larger ones load faster, answers more. A wrapper forwards it.
     fn batch_writes(&self) -> usize {
         48
+    }
+
+    /// The site this engine writes in (see [`Site`]). A wrapper forwards it.
+    fn site(&self) -> Site {
+        Site::ONLY
     }
 
     /// Creates the tables that do not exist; fails if one exists with another shape.
@@ -228,6 +234,11 @@ impl Store {
 
     pub fn kind(&self) -> EngineKind {
         self.engine.kind()
+    }
+
+    /// The site (datacenter) this store writes in, among how many.
+    pub fn site(&self) -> Site {
+        self.engine.site()
     }
 
     /// Runs an engine call, recording its duration and outcome in the

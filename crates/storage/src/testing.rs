@@ -5,7 +5,8 @@ use crate::cassandra::{CassandraEngine, CassandraOptions};
 /// A uniquely named keyspace on the node `REVSTORE_TEST_CASSANDRA` names
 /// (`host:port`, or several, comma-separated, for a cluster), created with
 /// the replication `REVSTORE_CASSANDRA_REPLICATION` gives (as the services
-/// read it; default 1, and `datacenter1:3` on the local three-node cluster),
+/// read it; default 1, and `datacenter1:3` on the local three-node cluster;
+/// with several datacenters, the node is taken to be in the first),
 /// dropped when the guard is — when the test ends, and when it fails too
 /// (drop runs while a panic unwinds).
 #[derive(Debug)]
@@ -38,6 +39,11 @@ impl TestKeyspace {
         let mut options = CassandraOptions::new(self.node.split(',').map(str::trim), self.name.clone());
         if let Ok(replication) = std::env::var("REVSTORE_CASSANDRA_REPLICATION") {
             options.replication = replication.parse().unwrap_or_else(|e| panic!("REVSTORE_CASSANDRA_REPLICATION: {e}"));
+        }
+        // Several datacenters: the node named is in the first (the sites
+        // test's REVSTORE_TEST_CASSANDRA is the first site's).
+        if let revstore_schema::cql::Replication::NetworkTopology { datacenters } = &options.replication {
+            options.datacenter = datacenters.first().map(|(dc, _)| dc.clone());
         }
         let access = TestAccess::from_env();
         options.credentials = access.credentials;

@@ -10,7 +10,13 @@
 //! # Shards, minutes and two positions
 //! Rows are spread over [`SHARDS`] shards by page (a page's rows stay
 //! in order), and a shard's rows over partitions of one minute each, by the
-//! minute of the row's time-UUID id. One replica at a time delivers a shard:
+//! minute of the row's time-UUID id. Each site (datacenter) has shards of
+//! its own ([`site_shards`]): a site's replicas queue and deliver only there.
+//! A holder moves its position past a minute and deletes the minute's
+//! partition once it has read every row of it *its* site has; in another
+//! site's shards it would pass rows written there that replication (or a cut
+//! link) has not brought over yet, and its deletion, replicated back, would
+//! remove them undelivered. One replica at a time delivers a shard:
 //! the holder of the shard's row in `outbox_shards`, taken by a conditional
 //! write and renewed every [`LEASE_RENEWAL`]. The holder keeps two positions:
 //! - how far it has **read**: each round reads the rows after it, minute by
@@ -50,7 +56,7 @@
 //!   letters through the admin routes ([`dead_letters`], [`redrive`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::TryStreamExt;
@@ -62,7 +68,7 @@ use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
-use revstore_storage::{Cas, Condition, Delete, ReadQuery, Row, Serialized, Slice, Store, StoreError, Upsert, Value, Write};
+use revstore_storage::{Cas, Condition, Delete, ReadQuery, Row, Serialized, Site, Slice, Store, StoreError, Upsert, Value, Write};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -74,12 +80,25 @@ pub struct Receivers {
     pub graph: Option<GraphClient>,
 }
 
-/// Outbox rows are spread over this many shards.
+/// Each site's outbox rows are spread over this many shards.
 pub const SHARDS: i64 = 16;
 
-/// The outbox shard of a page: every row of one page goes to one shard, in order.
-pub fn outbox_shard(domain: &Domain, title: &Title) -> i64 {
-    murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(SHARDS)
+/// The shards a site queues in and delivers.
+pub fn site_shards(site: Site) -> Range<i64> {
+    let first = i64::from(site.index) * SHARDS;
+    first..first + SHARDS
+}
+
+/// The shards of every site: where dead letters are listed.
+pub fn all_shards(site: Site) -> Range<i64> {
+    0..i64::from(site.count) * SHARDS
+}
+
+/// The outbox shard of a page in a site: every row of one page queued in
+/// the site goes to one shard, in order.
+pub fn outbox_shard(site: Site, domain: &Domain, title: &Title) -> i64 {
+    let page = murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_str().as_bytes()])).rem_euclid(SHARDS);
+    site_shards(site).start + page
 }
 
 /// Rows read per storage read.
@@ -267,7 +286,7 @@ impl Delivery {
             self.held.remove(&shard);
             tracing::info!(service = "current-store", shard, "outbox shard lease lost: another replica delivers it");
         }
-        for shard in 0..SHARDS {
+        for shard in site_shards(self.store.site()) {
             if self.held.contains_key(&shard) {
                 continue;
             }
@@ -689,14 +708,15 @@ pub struct DeadLetterCursor {
 }
 
 impl DeadLetterCursor {
-    pub fn parse(text: &str) -> Option<DeadLetterCursor> {
+    /// `shards`: where dead letters may be ([`all_shards`]).
+    pub fn parse(text: &str, shards: Range<i64>) -> Option<DeadLetterCursor> {
         let (shard, page_token) = match text.split_once(':') {
             Some((shard, token)) if !token.is_empty() => (shard, Some(token.to_owned())),
             Some(_) => return None,
             None => (text, None),
         };
         let shard: i64 = shard.parse().ok()?;
-        (0..SHARDS).contains(&shard).then_some(DeadLetterCursor { shard, page_token })
+        shards.contains(&shard).then_some(DeadLetterCursor { shard, page_token })
     }
 
     pub fn render(&self) -> String {
@@ -707,14 +727,15 @@ impl DeadLetterCursor {
     }
 }
 
-/// Up to `limit` dead letters from `from` on (shard by shard, oldest first in
-/// each), and where to go on.
+/// Up to `limit` dead letters of every site from `from` on (shard by shard,
+/// oldest first in each), and where to go on.
 pub async fn dead_letters(
     store: &Store,
     from: Option<DeadLetterCursor>,
     limit: u32,
 ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StoreError> {
-    let mut at = from.unwrap_or(DeadLetterCursor { shard: 0, page_token: None });
+    let shards = all_shards(store.site());
+    let mut at = from.unwrap_or(DeadLetterCursor { shard: shards.start, page_token: None });
     let mut items = Vec::new();
     while items.len() < limit as usize {
         let want = limit - items.len() as u32;
@@ -723,16 +744,16 @@ pub async fn dead_letters(
         items.extend(page.rows.iter().filter_map(|row| DeadLetter::of(at.shard, row)));
         match page.next {
             Some(token) => at.page_token = Some(token),
-            None if at.shard + 1 < SHARDS => at = DeadLetterCursor { shard: at.shard + 1, page_token: None },
+            None if at.shard + 1 < shards.end => at = DeadLetterCursor { shard: at.shard + 1, page_token: None },
             None => return Ok((items, None)),
         }
     }
     Ok((items, Some(at)))
 }
 
-/// Queues dead letters in the outbox again (same shard, a new id, attempts
-/// reset), oldest first, so the worker delivers them again after what is
-/// already waiting. With `only`, just that one (`Ok(0)` when it is not a dead letter); without,
+/// Queues dead letters of every site in this site's outbox again (the same
+/// page's shard, a new id, attempts reset), oldest first, so this site's
+/// worker delivers them again after what is already waiting. With `only`, just that one (`Ok(0)` when it is not a dead letter); without,
 /// up to `limit` of them, oldest first per shard. Answers how many moved.
 pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Result<usize, StoreError> {
     let rows: Vec<(i64, Row)> = match only {
@@ -742,7 +763,7 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
         },
         None => {
             let mut rows = Vec::new();
-            for shard in 0..SHARDS {
+            for shard in all_shards(store.site()) {
                 let want = limit.saturating_sub(rows.len() as u32);
                 if want == 0 {
                     break;
@@ -757,7 +778,8 @@ pub async fn redrive(store: &Store, only: Option<(i64, Uuid)>, limit: u32) -> Re
     for (shard, row) in rows {
         let Some(id) = row.timeuuid(col::ID) else { continue };
         // Queued again now: a position the shard's deliverer has passed is never read again.
-        let back: Write = copy_columns(queued(store, shard), &row).set(col::ATTEMPTS, 0i64).into();
+        let own = site_shards(store.site()).start + shard.rem_euclid(SHARDS);
+        let back: Write = copy_columns(queued(store, own), &row).set(col::ATTEMPTS, 0i64).into();
         store.apply(vec![back, Delete::row(&OUTBOX_DEAD_LETTERS, [Value::from(shard)], [Value::TimeUuid(id)]).into()]).await?;
         metrics::counter!("outbox_redriven_total", "service" => crate::SERVICE, "kind" => bounded_kind(row.text(col::KIND).unwrap_or_default())).increment(1);
         moved += 1;
@@ -810,12 +832,28 @@ mod tests {
     }
 
     #[test]
+    fn each_site_queues_a_page_in_a_shard_of_its_own() {
+        let (domain, title) = (Domain::parse("en.wikipedia.org").unwrap(), Title::parse("Main_Page", Default::default()).unwrap());
+        let [one, two] = [0, 1].map(|index| Site { index, count: 2 });
+        assert_eq!(outbox_shard(Site::ONLY, &domain, &title), outbox_shard(one, &domain, &title));
+        assert_eq!(outbox_shard(two, &domain, &title), outbox_shard(one, &domain, &title) + SHARDS);
+        assert_eq!((site_shards(one), site_shards(two), all_shards(two)), (0..16, 16..32, 0..32));
+        for t in 0..200 {
+            let title = Title::parse(&format!("Page_{t}"), Default::default()).unwrap();
+            assert!(site_shards(two).contains(&outbox_shard(two, &domain, &title)));
+        }
+    }
+
+    #[test]
     fn cursors_round_trip_and_refuse_junk() {
         for cursor in [DeadLetterCursor { shard: 0, page_token: None }, DeadLetterCursor { shard: 15, page_token: Some("abc:d".into()) }] {
-            assert_eq!(DeadLetterCursor::parse(&cursor.render()), Some(cursor));
+            assert_eq!(DeadLetterCursor::parse(&cursor.render(), 0..16), Some(cursor));
         }
         for junk in ["", "16", "-1", "x", "3:", "99999999999999999999"] {
-            assert_eq!(DeadLetterCursor::parse(junk), None, "{junk}");
+            assert_eq!(DeadLetterCursor::parse(junk, 0..16), None, "{junk}");
         }
+        // Two sites: the second's shards too.
+        assert_eq!(DeadLetterCursor::parse("31", 0..32), Some(DeadLetterCursor { shard: 31, page_token: None }));
+        assert_eq!(DeadLetterCursor::parse("32", 0..32), None);
     }
 }

@@ -291,7 +291,7 @@ impl Pages {
     }
 
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
-        let row = crate::outbox::queued(&self.store, crate::outbox::outbox_shard(domain, title))
+        let row = crate::outbox::queued(&self.store, crate::outbox::outbox_shard(self.store.site(), domain, title))
             .set(col::KIND, kind)
             .set(col::DOMAIN, domain.as_str())
             .set(col::TITLE, title.as_str())

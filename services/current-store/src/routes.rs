@@ -479,7 +479,10 @@ async fn list_dead_letters(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = dead_letter_limit(query.limit)?;
     let from = match &query.cursor {
-        Some(text) => Some(DeadLetterCursor::parse(text).ok_or_else(|| ApiError::bad_request("cursor: not one this service gave"))?),
+        Some(text) => Some(
+            DeadLetterCursor::parse(text, outbox::all_shards(state.pages.store.site()))
+                .ok_or_else(|| ApiError::bad_request("cursor: not one this service gave"))?,
+        ),
         None => None,
     };
     let (items, next) = outbox::dead_letters(&state.pages.store, from, limit).await?;
@@ -503,7 +506,7 @@ async fn redrive_dead_letters(
 
 /// Put one dead letter back into the outbox.
 #[utoipa::path(post, path = "/admin/outbox/dead-letters/{shard}/{id}/redrive",
-    params(("shard" = u32, Path, minimum = 0, maximum = 15), ("id" = String, Path, description = "the dead letter's id (a time-based UUID)")),
+    params(("shard" = u32, Path, minimum = 0, description = "0-15 for the first site's outbox, 16-31 for the second's, and so on"), ("id" = String, Path, description = "the dead letter's id (a time-based UUID)")),
     responses((status = 200, body = Redriven), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)),
     security(("bearer" = [])))]
 async fn redrive_dead_letter(
@@ -511,11 +514,12 @@ async fn redrive_dead_letter(
     State(state): State<AppState>,
     Path((shard, id)): Path<(String, String)>,
 ) -> Result<Json<Redriven>, ApiError> {
+    let shards = outbox::all_shards(state.pages.store.site());
     let shard = shard
         .parse::<i64>()
         .ok()
-        .filter(|s| (0..crate::outbox::SHARDS).contains(s))
-        .ok_or_else(|| ApiError::bad_request(format!("shard must be 0-{}", crate::outbox::SHARDS - 1)))?;
+        .filter(|s| shards.contains(s))
+        .ok_or_else(|| ApiError::bad_request(format!("shard must be {}-{}", shards.start, shards.end - 1)))?;
     let id = Tid::parse(&id)?.uuid();
     match outbox::redrive(&state.pages.store, Some((shard, id)), 1).await? {
         0 => Err(ApiError::not_found(format!("no dead letter {id} in shard {shard}"))),

@@ -18,7 +18,7 @@ use revstore_current_store::{RenderBody, StoredParts};
 use revstore_keys::{Domain, Tid, TidGenerator, Title};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
 use revstore_service::worker::Worker;
-use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Store, Upsert, Value};
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Site, Store, Upsert, Value};
 use tokio_util::sync::CancellationToken;
 
 const MARGIN: Duration = Duration::from_secs(60);
@@ -61,7 +61,7 @@ async fn queue(store: &Store, title: &str, rev: u64, at: SystemTime) -> Tid {
     let id = TidGenerator::new().next_at(at);
     let body =
         RenderBody { html: format!("<p>{title} {rev}</p>"), data_parsoid: serde_json::json!({}), section_offsets: serde_json::json!({}) };
-    let key = [Value::from(outbox_shard(&domain, &parsed)), Value::from(outbox_minute(id)), Value::from(id)];
+    let key = [Value::from(outbox_shard(Site::ONLY, &domain, &parsed)), Value::from(outbox_minute(id)), Value::from(id)];
     let row = Upsert::new(&OUTBOX, key)
         .set("kind", "archive")
         .set("domain", domain.as_str())
@@ -130,7 +130,7 @@ async fn a_row_queued_behind_the_read_position_is_delivered_once_the_margin_has_
 /// A title whose rows go to the same outbox shard as `title`'s.
 fn same_shard_as(title: &str) -> String {
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
-    let shard = |t: &str| outbox_shard(&domain, &Title::parse(t, Default::default()).expect("title"));
+    let shard = |t: &str| outbox_shard(Site::ONLY, &domain, &Title::parse(t, Default::default()).expect("title"));
     (0..).map(|i| format!("Late_{i}")).find(|t| shard(t) == shard(title)).expect("some title shares the shard")
 }
 

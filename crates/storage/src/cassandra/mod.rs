@@ -59,6 +59,8 @@ pub struct CassandraEngine {
     prepared: Mutex<HashMap<String, PreparedStatement>>,
     /// The serial consistency of conditional writes serialised within the site.
     serial_consistency: SerialConsistency,
+    /// The site this engine writes in (from the replication setting).
+    site: crate::Site,
     /// Whether conditional writes serialised across sites run at SERIAL (or,
     /// for a switchover with every other site down, as those within the site).
     serial_across_sites: bool,
@@ -85,6 +87,7 @@ impl CassandraEngine {
         if !revstore_schema::model::is_identifier(&options.keyspace) {
             return Err(StoreError::invalid(format!("keyspace {:?} is not a lower-case identifier", options.keyspace)));
         }
+        let site = options.site().map_err(StoreError::invalid)?;
         let profile = ExecutionProfile::builder()
             .consistency(options.consistency.into())
             .serial_consistency(Some(options.serial_consistency))
@@ -119,6 +122,7 @@ impl CassandraEngine {
             keyspace: options.keyspace,
             flavor,
             replication,
+            site,
             prepared: Mutex::new(HashMap::new()),
             serial_consistency: options.serial_consistency,
             serial_across_sites: options.serial_across_sites,
@@ -408,6 +412,10 @@ impl Engine for CassandraEngine {
     /// when the first fails mid-request without the copy landing later than
     /// the original would have ([`is_idempotent`]). The clock is this
     /// process's, the one the services check tids and skew against.
+    fn site(&self) -> crate::Site {
+        self.site
+    }
+
     fn now_micros(&self) -> i64 {
         crate::clock::next_timestamp(&self.last_ts, crate::clock::Clock::now_micros(&crate::clock::SystemClock))
     }

@@ -112,6 +112,32 @@ impl CassandraOptions {
         }
     }
 
+    /// The site this deployment writes in: its datacenter's place among the
+    /// replication's datacenters, which number the sites (so every site's
+    /// services must be given the same replication setting, and a site added
+    /// later goes at its end). With several datacenters the local one must
+    /// be named and be among them: unnamed, LOCAL_QUORUM would count in
+    /// whichever datacenter each request's coordinator is in (a read need not
+    /// see the write before it), and two sites taking one number would share
+    /// what each must keep to itself.
+    pub fn site(&self) -> Result<crate::Site, String> {
+        let datacenters = match &self.replication {
+            Replication::NetworkTopology { datacenters } if datacenters.len() > 1 => datacenters,
+            _ => return Ok(crate::Site::ONLY),
+        };
+        let names = datacenters.iter().map(|(dc, _)| dc.as_str()).collect::<Vec<_>>().join(", ");
+        let Some(local) = &self.datacenter else {
+            return Err(format!(
+                "the keyspace is replicated to several datacenters ({names}): name this site's (REVSTORE_CASSANDRA_DATACENTER)"
+            ));
+        };
+        let index = datacenters
+            .iter()
+            .position(|(dc, _)| dc == local)
+            .ok_or_else(|| format!("datacenter {local:?} is not among the replication's ({names}): REVSTORE_CASSANDRA_REPLICATION names every site, in one order everywhere"))?;
+        Ok(crate::Site { index: index as u32, count: datacenters.len() as u32 })
+    }
+
     /// The replication a keyspace created here gets. A bare factor with a
     /// datacenter named means that factor in that datacenter
     /// (NetworkTopologyStrategy): SimpleStrategy knows no datacenters, and the
@@ -121,5 +147,32 @@ impl CassandraOptions {
             (Replication::Simple { factor }, Some(dc)) => Replication::NetworkTopology { datacenters: vec![(dc.clone(), *factor)] },
             (replication, _) => replication.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Site;
+
+    fn options(replication: &str, datacenter: Option<&str>) -> CassandraOptions {
+        let mut options = CassandraOptions::new(["127.0.0.1"], "revstore");
+        options.replication = replication.parse().expect("replication");
+        options.datacenter = datacenter.map(str::to_owned);
+        options
+    }
+
+    #[test]
+    fn sites_are_numbered_by_the_replication_setting() {
+        assert_eq!(options("3", None).site(), Ok(Site::ONLY));
+        assert_eq!(options("3", Some("dc2")).site(), Ok(Site::ONLY));
+        assert_eq!(options("dc1:3", Some("dc1")).site(), Ok(Site::ONLY));
+        assert_eq!(options("eqiad:3,codfw:3", Some("eqiad")).site(), Ok(Site { index: 0, count: 2 }));
+        assert_eq!(options("eqiad:3,codfw:3", Some("codfw")).site(), Ok(Site { index: 1, count: 2 }));
+        // Several sites: this one must be named, and be one of them.
+        let unnamed = options("eqiad:3,codfw:3", None).site().unwrap_err();
+        assert!(unnamed.contains("REVSTORE_CASSANDRA_DATACENTER"), "{unnamed}");
+        let stranger = options("eqiad:3,codfw:3", Some("ulsfo")).site().unwrap_err();
+        assert!(stranger.contains("\"ulsfo\"") && stranger.contains("eqiad, codfw"), "{stranger}");
     }
 }
