@@ -42,6 +42,12 @@ use serde_json::{Value, json};
 const DOMAIN: &str = "en.wikipedia.org";
 const TITLES: usize = 12;
 const CLIENTS_PER_SITE: usize = 3;
+/// Templates the pages' dependency sets are drawn from.
+const TEMPLATES: usize = 5;
+/// How long a graph writer's hold lasts unless given back (the
+/// dependency graph's `HOLD_FOR`): a hold the other site took just before a
+/// cut or a loss blocks that page's changes here until then.
+const HOLD_LAPSES: Duration = Duration::from_secs(60);
 /// How long the link stays cut under load.
 const CUT_FOR: Duration = Duration::from_secs(90);
 /// How long both sites may take to agree once the link is back: hints
@@ -87,6 +93,21 @@ async fn eventually_status(load: &Load, site: usize, holder: Tid, want: u16) -> 
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// A page's dependency set sent, and the answer.
+#[derive(Debug, Clone)]
+struct SetSent {
+    site: usize,
+    title: String,
+    set: BTreeSet<String>,
+    /// Since the run started.
+    invoked: Duration,
+    status: u16,
+}
+
+fn template(k: usize) -> String {
+    format!("Template:Sites_{k}")
 }
 
 fn render(html: &str) -> String {
@@ -159,6 +180,8 @@ struct Load {
     stop: AtomicBool,
     /// Site 2 is lost: its clients have moved to site 1.
     second_site_lost: AtomicBool,
+    /// Every dependency set sent.
+    dependency_sets: Mutex<Vec<SetSent>>,
 }
 
 impl Load {
@@ -173,6 +196,7 @@ impl Load {
             started: Instant::now(),
             stop: AtomicBool::new(false),
             second_site_lost: AtomicBool::new(false),
+            dependency_sets: Mutex::new(Vec::new()),
         })
     }
 
@@ -233,6 +257,20 @@ impl Load {
         self.history.lock().expect("history").push(Op { client, site, title, invoked, completed, kind });
     }
 
+    /// A page's dependency set replaced (as a re-render does): one or two of
+    /// the shared templates, drawn from `draw`.
+    async fn declare(&self, site: usize, title_index: usize, draw: usize) {
+        let title = Load::title(title_index);
+        let set: BTreeSet<String> = [draw % TEMPLATES, (draw / 3) % TEMPLATES].into_iter().map(template).collect();
+        let edges: Vec<Value> = set.iter().map(|parent| json!({"parent": parent, "type": "modification", "priority": 500})).collect();
+        let system = &self.systems[site];
+        let url = system.graph.url(&format!("/{DOMAIN}/v1/deps/{title}"));
+        let invoked = self.started.elapsed();
+        let sent = self.http.put(&url).bearer_auth(&system.token).json(&json!({ "edges": edges })).send().await;
+        let status = sent.map(|r| r.status().as_u16()).unwrap_or(0);
+        self.dependency_sets.lock().expect("dependency sets").push(SetSent { site, title, set, invoked, status });
+    }
+
     /// One client of one site: new revisions, re-renders and latest reads of
     /// the shared titles until told to stop.
     async fn run(self: Arc<Self>, client: usize, home: usize) {
@@ -247,6 +285,7 @@ impl Load {
             match round % 10 {
                 0 => self.write(client, site, title_index, true).await,
                 1..=3 => self.write(client, site, title_index, false).await,
+                4 => self.declare(site, title_index, client + round).await,
                 _ => self.read(client, site, title_index).await,
             }
             round += 1;
@@ -405,6 +444,68 @@ async fn both_sites_hold_every_acknowledged_write(load: &Load, history: &[Op], p
     }
     println!("old-store stored {stored} renders in the two sites together and holds {held}");
     assert!(stored <= held, "{stored} stores of {held} renders: a render was archived twice (history: {})", path.display());
+    both_sites_agree_on_every_dependency_set(load, path).await;
+}
+
+/// Both sites list the same dependencies of every page once replication
+/// has run, each a template some PUT of the page asked for; and in each
+/// site a page's dependencies and the templates' dependents name the same
+/// edges (a change in each site at once, each against what its site read,
+/// writes both directions at one timestamp, so they settle alike).
+#[expect(clippy::print_stdout, reason = "the figures the sites stage logs")]
+async fn both_sites_agree_on_every_dependency_set(load: &Load, path: &std::path::Path) {
+    let sent = load.dependency_sets.lock().expect("dependency sets").clone();
+    // Any set sent may have been applied, answered or not.
+    let mut asked: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in &sent {
+        asked.entry(s.title.clone()).or_default().extend(s.set.iter().cloned());
+    }
+    let listed = |site: usize, path: String, field: &'static str| async move {
+        let url = load.systems[site].graph.url(&path);
+        let list: Value = load.http.get(&url).send().await.expect("listing").json().await.expect("listing");
+        assert!(list["next"].is_null(), "{url}: more than one page");
+        list["items"].as_array().expect("items").iter().filter_map(|i| i[field].as_str().map(str::to_owned)).collect::<BTreeSet<_>>()
+    };
+    let forward = |site: usize| {
+        let asked = &asked;
+        async move {
+            let mut edges = BTreeSet::new();
+            for title in asked.keys() {
+                for parent in listed(site, format!("/{DOMAIN}/v1/deps/{title}?limit=1000"), "parent").await {
+                    edges.insert((title.clone(), parent));
+                }
+            }
+            edges
+        }
+    };
+    let converging = Instant::now();
+    let (one, two) = loop {
+        let (one, two) = (forward(0).await, forward(1).await);
+        if one == two || converging.elapsed() > CONVERGENCE {
+            break (one, two);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    assert_eq!(one, two, "the sites list different dependencies (history: {})", path.display());
+    let unasked: Vec<_> = one.iter().filter(|(title, parent)| !asked[title].contains(parent)).collect();
+    assert!(unasked.is_empty(), "edges no PUT asked for: {unasked:?}");
+    for (site, edges) in [(0, &one), (1, &two)] {
+        let mut reverse = BTreeSet::new();
+        for k in 0..TEMPLATES {
+            for child in listed(site, format!("/{DOMAIN}/v1/dependents/{}?limit=1000", template(k)), "child").await {
+                reverse.insert((child, template(k)));
+            }
+        }
+        assert_eq!(edges, &reverse, "site {}: a page's dependencies and the templates' dependents disagree", site + 1);
+    }
+    let answered = sent.iter().filter(|s| s.status == 200).count();
+    println!(
+        "{} dependency sets sent ({answered} answered 200) to {} pages: both sites list the same {} edges {:.1} s after the checks began, both directions agreeing",
+        sent.len(),
+        asked.len(),
+        one.len(),
+        converging.elapsed().as_secs_f64()
+    );
 }
 
 /// One page's operations as one site saw them, each with its index in the whole history.
@@ -506,6 +607,19 @@ async fn sites_write_the_same_pages_through_a_cut_link_and_agree_after() {
         path.display()
     );
     assert!(failed.is_empty(), "requests failed (history: {}): {:?}", path.display(), &failed[..failed.len().min(10)]);
+    // A page whose writer hold one site took just before the cut, the
+    // other site sees held until the hold lapses (a minute): its changes of
+    // that page wait, and answer 503 after ten seconds. Nothing else fails.
+    let sets = load.dependency_sets.lock().expect("sets").clone();
+    let held_across_the_cut =
+        |s: &&SetSent| s.status == 503 && s.invoked >= cut_at && s.invoked < cut_at + HOLD_LAPSES + Duration::from_secs(15);
+    let refused: Vec<_> = sets.iter().filter(|s| s.status != 200).filter(|s| !held_across_the_cut(s)).collect();
+    assert!(refused.is_empty(), "dependency updates failed: {refused:?}");
+    println!(
+        "dependency updates: {} of {} answered 503 while holds taken in the other site before the cut lapsed",
+        sets.iter().filter(held_across_the_cut).count(),
+        sets.len()
+    );
     let violations = linearizability_violations(&history);
     assert!(violations.is_empty(), "a site's history of a page is not linearizable (history: {}): {violations:#?}", path.display());
 
@@ -686,6 +800,19 @@ async fn a_site_lost_under_load_loses_only_what_it_had_not_replicated_and_return
         path.display()
     );
     assert!(failed_one.is_empty(), "site 1 failed requests (history: {}): {:?}", path.display(), &failed_one[..failed_one.len().min(10)]);
+    // A page whose writer hold site 2 had taken when it died stays held
+    // until the hold lapses (a minute): site 1's changes of it wait, and
+    // answer 503 after ten seconds. Nothing else may fail.
+    let sets = load.dependency_sets.lock().expect("sets").clone();
+    let waiting_on_the_lost =
+        |s: &&SetSent| s.status == 503 && s.invoked >= lost_at && s.invoked < lost_at + HOLD_LAPSES + Duration::from_secs(15);
+    let refused: Vec<_> = sets.iter().filter(|s| s.site == 0 && s.status != 200).filter(|s| !waiting_on_the_lost(s)).collect();
+    assert!(refused.is_empty(), "dependency updates failed in site 1: {refused:?}");
+    println!(
+        "dependency updates in site 1: {} of {} answered 503 while holds taken in site 2 lapsed",
+        sets.iter().filter(|s| s.site == 0).filter(waiting_on_the_lost).count(),
+        sets.iter().filter(|s| s.site == 0).count()
+    );
     // In site 2, only requests sent as the nodes died may have failed (the
     // clients move on their next request), none after its return.
     let late: Vec<_> = failed_two.iter().filter(|op| op.invoked > lost_at + Duration::from_secs(1)).collect();
