@@ -4,7 +4,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use revstore_current_store::{Pages, Preconditions, RenderId};
 use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
@@ -70,7 +70,7 @@ async fn a_hot_page_is_trimmed_by_the_sweep_to_what_is_owed() {
     // grace, more than a write's 64 keys, so no write finds what to delete.
     let mut ids = Vec::new();
     for n in 0..200u64 {
-        let id = RenderId { rev: RevId::new(7).expect("rev"), tid: generator.next_at(SystemTime::now()) };
+        let id = RenderId { rev: RevId::new(7).expect("rev"), tid: generator.next_at(f.store.now()) };
         f.pages
             .put(&f.domain, &page, id, &common::render(&html[n as usize % html.len()], n), &Preconditions::default())
             .await
