@@ -705,7 +705,7 @@ const LOST_FOR: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the two sites of deploy/cassandra/cassandra-sites and kills one: scripts/test runs it in the sites stage"]
-async fn a_site_lost_under_load_loses_only_what_it_had_not_replicated_and_returns_whole() {
+async fn sites_one_lost_under_load_loses_only_what_it_had_not_replicated_and_returns_whole() {
     let load = Load::start().await;
     let clients = load.clients();
     // Under the load: how long a render acknowledged in site 2 takes to be
