@@ -348,11 +348,17 @@ mod tests {
         let resident = procfs::rss_mb(pid);
         assert!(resident > 0.0);
         assert!(procfs::high_water_mb(pid) >= resident);
+        // Spin until the kernel has counted a tick of CPU time (10 ms), not
+        // for a span of wall time: on a busy machine 50 ms of wall time may
+        // hold less than a tick. A parser that reads nothing never gets there.
         let spin = Instant::now();
         let mut x = 0u64;
-        while spin.elapsed() < Duration::from_millis(50) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while procfs::cpu_seconds("self") == 0.0 {
+            assert!(spin.elapsed() < Duration::from_secs(60), "no CPU time read after a minute of spinning");
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
-        assert!(x != 1 && procfs::cpu_seconds("self") > 0.0);
+        std::hint::black_box(x);
     }
 }
