@@ -570,15 +570,17 @@ async fn sites_write_the_same_pages_through_a_cut_link_and_agree_after() {
     // A janitor run in each site while the link is cut: neither takes the
     // lease (it is serialised across the sites), so no two runs overlap.
     tokio::time::sleep(Duration::from_secs(20)).await;
+    let asked_at = Instant::now();
     let during_cut = [0, 1].map(|site| take_janitor_lease(&load, site, load.tids.next()));
     let during_cut = futures_util::future::join_all(during_cut).await;
+    let lease_answered_in = asked_at.elapsed();
     tokio::time::sleep(CUT_FOR.saturating_sub(Duration::from_secs(20))).await;
     sites(&["restore"]);
     let restored_at = load.started.elapsed();
     tokio::time::sleep(Duration::from_secs(15)).await;
     let history = load.stop(clients).await;
     let path = load.keep_history("sites-cut");
-    println!("janitor leases asked for in both sites during the cut: {during_cut:?}");
+    println!("janitor leases asked for in both sites during the cut: {during_cut:?}, answered in {lease_answered_in:.1?}");
     assert!(during_cut.iter().all(|&status| status != 200), "a janitor lease was taken during the cut: {during_cut:?}");
     // With the link back: one run takes it, the other site's is refused.
     let (first, second) = (load.tids.next(), load.tids.next());

@@ -26,7 +26,11 @@
 //! The rule in 3 relies on callers' conditions being on values that move
 //! forward (counters, clocks, compaction positions, owners unique to a run),
 //! which every conditional write in revstore is; a round that cannot be settled
-//! in [`ATTEMPTS`] sends is reported unavailable, with the outcome unknown.
+//! in [`ATTEMPTS`] sends is reported unavailable, with the outcome unknown. So
+//! is one whose SERIAL read-back the coordinator refuses because it knows too
+//! few replicas are alive: with a site cut off, a SERIAL round cannot settle
+//! until the link returns, and the caller is told at once rather than after
+//! a minute of retries.
 
 use std::time::Duration;
 
@@ -205,6 +209,14 @@ impl CassandraEngine {
         let mut pause = Duration::from_millis(50);
         for attempt in 1.. {
             match self.settle(c).await {
+                // Replicas the SERIAL read needs are known down (a node lost,
+                // the other site cut off): no retry settles it while they are.
+                Err(e) if super::replicas_known_down(&e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "a conditional write on {} timed out and cannot be settled while replicas are down (its outcome is unknown): {e}",
+                        c.table.name
+                    )));
+                }
                 Err(StoreError::Unavailable(why)) if tokio::time::Instant::now() + pause < deadline => {
                     tracing::debug!(table = c.table.name, attempt, %why, "settling a conditional write: the SERIAL read failed; trying again");
                     let jittered = pause.mul_f64(rand::rng().random_range(0.5..1.0));

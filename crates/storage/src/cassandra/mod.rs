@@ -580,8 +580,8 @@ fn classify_attempt(e: &RequestAttemptError, message: String) -> StoreError {
     use scylla::errors::DbError;
     match e {
         RequestAttemptError::DbError(db, _) => match db {
-            DbError::Unavailable { .. }
-            | DbError::ReadTimeout { .. }
+            DbError::Unavailable { .. } => StoreError::Unavailable(format!("{REPLICAS_DOWN}{message}")),
+            DbError::ReadTimeout { .. }
             | DbError::WriteTimeout { .. }
             | DbError::ReadFailure { .. }
             | DbError::WriteFailure { .. }
@@ -596,6 +596,17 @@ fn classify_attempt(e: &RequestAttemptError, message: String) -> StoreError {
         RequestAttemptError::BrokenConnectionError(_) | RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(message),
         _ => StoreError::Internal(message),
     }
+}
+
+/// Begins the message of an unavailable error that the coordinator raised
+/// without asking anyone, because it knows too few replicas are alive (a node
+/// down, a datacenter cut off): unlike a timeout, asking again in a moment
+/// meets the same answer.
+const REPLICAS_DOWN: &str = "too few replicas alive: ";
+
+/// Whether `error` is the coordinator's "too few replicas alive".
+fn replicas_known_down(error: &StoreError) -> bool {
+    matches!(error, StoreError::Unavailable(why) if why.starts_with(REPLICAS_DOWN))
 }
 
 /// How often creating the tables is tried again after a node did not know a
@@ -647,6 +658,19 @@ mod tests {
         let unknown = "Database returned an error: Internal server error. Error message: java.lang.IllegalArgumentException: Unknown CF 07cd7520-f03e-11f1-9b51-8378bbd3721a";
         assert!(is_schema_race(&StoreError::Internal(unknown.into())));
         assert!(!is_schema_race(&StoreError::Unavailable("no node answered".into())));
+    }
+
+    #[test]
+    fn only_the_coordinators_unavailable_says_replicas_are_known_down() {
+        use scylla::errors::DbError;
+        use scylla::frame::types::Consistency;
+        let attempt = |db| RequestAttemptError::DbError(db, "from the node".into());
+        let down = DbError::Unavailable { consistency: Consistency::Serial, required: 3, alive: 2 };
+        let error = classify_attempt(&attempt(down), "Not enough nodes are alive".into());
+        assert!(matches!(error, StoreError::Unavailable(_)) && replicas_known_down(&error), "{error:?}");
+        let slow = DbError::ReadTimeout { consistency: Consistency::Serial, received: 1, required: 2, data_present: false };
+        let error = classify_attempt(&attempt(slow), "timed out".into());
+        assert!(matches!(error, StoreError::Unavailable(_)) && !replicas_known_down(&error), "{error:?}");
     }
 
     #[test]
