@@ -398,6 +398,34 @@ impl System {
 
 pub use revstore_test_service::eventually;
 
+/// Waits (up to five minutes) until no node holds a hint for another, as
+/// `nodetool listpendinghints` reports it; `nodetool` runs one command (each
+/// entry: the program and the arguments that come before nodetool's own).
+///
+/// A test that restarted nodes waits for this before its keyspaces are
+/// dropped: Cassandra 5.0 can fail a DROP KEYSPACE on a node that is
+/// replaying hints into the keyspace's tables ("Unknown CF" while recycling
+/// the commit log), which leaves that node's schema half-dropped, and every
+/// later schema change in the cluster then times out waiting for agreement.
+pub async fn hints_delivered(nodetools: &[Vec<String>]) {
+    let nodetools = nodetools.to_vec();
+    eventually("every hint delivered", Duration::from_secs(300), || {
+        let nodetools = nodetools.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                nodetools.iter().all(|command| {
+                    Command::new(&command[0]).args(&command[1..]).arg("listpendinghints").output().is_ok_and(|out| {
+                        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("does not have any pending hints")
+                    })
+                })
+            })
+            .await
+            .unwrap_or(false)
+        }
+    })
+    .await;
+}
+
 /// One span as a service exported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportedSpan {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use revstore_integration_tests::{Engine, Options, System, eventually};
+use revstore_integration_tests::{Engine, Options, System, eventually, hints_delivered};
 use revstore_keys::TidGenerator;
 use serde_json::{Value, json};
 
@@ -51,6 +51,12 @@ fn nodetool(i: u8, args: &[&str]) -> String {
     let out = Command::new(&script).args(["node", &i.to_string(), "nodetool"]).args(args).output().expect("run cassandra-cluster");
     assert!(out.status.success(), "nodetool {args:?} on node {i} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `cassandra-cluster node I nodetool`, for every node.
+fn every_nodetool() -> Vec<Vec<String>> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cassandra/cassandra-cluster");
+    (1..=3).map(|i| vec![script.display().to_string(), "node".into(), i.to_string(), "nodetool".into()]).collect()
 }
 
 /// Waits until every node is up and normal, as the nodes see it.
@@ -456,6 +462,9 @@ async fn cluster_node_loss_loses_no_acknowledged_write_and_quorum_loss_fails_fas
             other => panic!("reading a refused render after recovery: {other}"),
         }
     }
+    // The nodes hold hints for the restarted ones: delivered before the
+    // keyspaces are dropped (see `hints_delivered`).
+    hints_delivered(&every_nodetool()).await;
 }
 
 /// The time of a v1 UUID (a tid), for ordering renders of one revision.

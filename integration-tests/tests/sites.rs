@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use revstore_integration_tests::linearizable::{self, Action, Operation};
-use revstore_integration_tests::{Options, Site, System, eventually};
+use revstore_integration_tests::{Options, Site, System, eventually, hints_delivered};
 use revstore_keys::{Tid, TidGenerator};
 use serde_json::{Value, json};
 
@@ -65,6 +65,16 @@ fn sites_script() -> PathBuf {
 fn sites(args: &[&str]) {
     let status = Command::new(sites_script()).args(args).status().expect("run cassandra-sites");
     assert!(status.success(), "cassandra-sites {args:?} failed");
+}
+
+/// `cassandra-sites node S I nodetool`, for every node of both sites.
+fn every_nodetool() -> Vec<Vec<String>> {
+    let per_site: u8 = std::env::var("REVSTORE_CASSANDRA_SITE_NODES").ok().and_then(|n| n.parse().ok()).unwrap_or(2);
+    let script = sites_script().display().to_string();
+    (1..=2u8)
+        .flat_map(|s| (1..=per_site).map(move |i| (s, i)))
+        .map(|(s, i)| vec![script.clone(), "node".into(), s.to_string(), i.to_string(), "nodetool".into()])
+        .collect()
 }
 
 fn site(n: u8) -> Site {
@@ -656,6 +666,8 @@ async fn sites_write_the_same_pages_through_a_cut_link_and_agree_after() {
         median(&mut archived),
         median(&mut rendered)
     );
+    // Hints the cut left are delivered before the keyspaces are dropped (see `hints_delivered`).
+    hints_delivered(&every_nodetool()).await;
 }
 
 /// For `during`, one render at a time written in site 2 and read in site 1
@@ -825,6 +837,8 @@ async fn sites_one_lost_under_load_loses_only_what_it_had_not_replicated_and_ret
     // What site 2 had not replicated is there again, in both sites, with everything else.
     both_sites_hold_every_acknowledged_write(&load, &history, &path).await;
     println!("the {} renders site 2 had not replicated when it was lost are readable in both sites", unreplicated.len());
+    // Hints for site 2 are delivered before the keyspaces are dropped (see `hints_delivered`).
+    hints_delivered(&every_nodetool()).await;
 }
 
 #[test]
