@@ -37,7 +37,8 @@
 //! suppressions; latest reads, old-revision reads, listings (a page's
 //! archived revisions, a page of a template's dependents as change
 //! propagation walks them) and a dump of a domain once
-//! a simulated day. The farm exists before day 1: before the clock starts,
+//! a simulated day; and 60 times a simulated day, a probe listing a full
+//! page of the largest domain's most used templates' dependents. The farm exists before day 1: before the clock starts,
 //! every page is rendered once with its templates declared, the hand-offs
 //! are delivered, and the janitor's routine run has been over it (a store
 //! that starts empty is at its fastest on day 1, templates gathering
@@ -121,6 +122,8 @@ const MEDIUM: (usize, u64) = (5, 30_000);
 const SMALL: usize = 400;
 /// Items a listing asks for (a template's dependents, a page's archived revisions).
 const LISTING_PAGE: usize = 50;
+/// Full-page listings probed a simulated day, beside the load's.
+const LISTING_PROBES: u64 = 60;
 /// A listing that answers at most this many items is a short one.
 const SHORT_LISTING: usize = 5;
 
@@ -940,6 +943,33 @@ async fn main() {
     let routine_janitor = janitor_loop(false, janitor_every);
     let full_janitor = janitor_loop(true, janitor_every * 24 * 7);
 
+    // Full pages of listings, probed: the load's own (a hot template's
+    // dependents walked, a page's archived revisions) are full pages a few
+    // dozen times a simulated day, too few for a p99 over three days. So
+    // LISTING_PROBES times a day a page of the largest domain's most used
+    // templates' dependents is listed (they have hundreds from the seed on),
+    // timed as the load's listings are.
+    let listing_probes = {
+        let run = run.clone();
+        tokio::spawn(async move {
+            let end = Duration::from_secs_f64(days as f64 * run.day_secs);
+            let every = Duration::from_secs_f64(run.day_secs / LISTING_PROBES as f64);
+            let name = run.domains[0].name.clone();
+            for probe in 0u64.. {
+                let due = every * probe as u32;
+                if due >= end {
+                    break;
+                }
+                if let Some(wait) = due.checked_sub(run.started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+                let template = template_title(probe % 5);
+                let url = run.system.graph.url(&format!("/{name}/v1/dependents/{}?limit={LISTING_PAGE}", encode(&template)));
+                run.call(Kind::Listing, run.system.http.get(url)).await;
+            }
+        })
+    };
+
     // Each simulated day's row, taken as the next day begins (beside the
     // load, which does not wait for it).
     let stores = Arc::new(stores);
@@ -979,6 +1009,7 @@ async fn main() {
     let timeline = sampler.await.expect("sampler");
     routine_janitor.await.expect("routine janitor loop");
     full_janitor.await.expect("full janitor loop");
+    listing_probes.await.expect("listing probes");
 
     let lost = lost_writes(&run).await;
     // The outbox's window closed (Cassandra): the load has ended, so every
