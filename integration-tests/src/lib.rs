@@ -213,8 +213,11 @@ pub struct System {
     pub http: reqwest::Client,
     token_file: PathBuf,
     // Dropped after the processes (fields drop in order): the keyspaces and
-    // the directory outlive the services that use them.
-    _keyspaces: Vec<TestKeyspace>,
+    // the directory outlive the services that use them. Two sites share one
+    // set of keyspaces, dropped with the last of the two systems: a keyspace
+    // dropped while the other site's services still write to it can leave a
+    // node's schema half-dropped (see `hints_delivered`).
+    _keyspaces: Arc<Vec<TestKeyspace>>,
     dir: tempfile::TempDir,
 }
 
@@ -228,7 +231,8 @@ impl System {
     /// The whole system in each of two sites of one Cassandra cluster: each
     /// site's services bound to its own datacenter and nodes (LOCAL_QUORUM
     /// there), both on the same keyspaces, which the first site creates and
-    /// drops. `REVSTORE_CASSANDRA_REPLICATION` names both datacenters.
+    /// the last of the two to be dropped drops, once both sites' services
+    /// have stopped. `REVSTORE_CASSANDRA_REPLICATION` names both datacenters.
     pub async fn start_in_sites(options: Options, first: &Site, second: &Site) -> (System, System) {
         let one = System::start_with(Engine::Cassandra, options.clone(), Some((first, None))).await;
         let two = System::start_with(Engine::Cassandra, options, Some((second, Some(&one)))).await;
@@ -341,6 +345,10 @@ impl System {
         ];
         let mut current = service("current-store", current_extra);
         current.start().await;
+        let keyspaces = match site.and_then(|(_, shared)| shared) {
+            Some(other) => other._keyspaces.clone(),
+            None => Arc::new(keyspaces),
+        };
         System { engine, token, current, old, graph, http: reqwest::Client::new(), token_file, _keyspaces: keyspaces, dir }
     }
 
