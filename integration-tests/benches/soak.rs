@@ -1456,6 +1456,22 @@ fn window_p99(days: &[&Timeline], pick: fn(&Samples) -> &[Duration]) -> f64 {
     percentile_ms(&v, 0.99)
 }
 
+/// A least-squares line through `(day, value)` points: its value at the last
+/// day over its value at the first (`None` for fewer than three points or a
+/// line that is not positive at the first day).
+fn fitted_growth(points: &[(f64, f64)]) -> Option<f64> {
+    if points.len() < 3 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
+    let at = |x: f64| my + slope * (x - mx);
+    let (first, last) = (points.first()?.0, points.last()?.0);
+    (at(first) > 0.0).then(|| at(last) / at(first))
+}
+
 /// The targets, each passed or not.
 fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, scale: Scale, lost: u64, acknowledged: u64) {
     let full: Vec<&Timeline> = timeline.iter().filter(|t| t.answers > 0).collect();
@@ -1517,8 +1533,15 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
         let (a, b) = (window_p99(early, pick), window_p99(late, pick));
         // A p99 of fewer than 100 samples is the slowest one or two of them.
         let judged = if count(early) < 100 || count(late) < 100 { "too few samples to judge" } else { verdict(b <= a * 1.2) };
+        // Beside the two windows, every day's p99 at once: a least-squares
+        // line through them, its value on the last day over the first's. On
+        // a shared machine one window's p99 moves by a third between runs of
+        // the same build; a decaying table moves the whole line.
+        let daily: Vec<(f64, f64)> =
+            with.iter().map(|t| (t.day as f64, window_p99(&[*t], pick))).filter(|(_, p99)| p99.is_finite()).collect();
+        let trend = fitted_growth(&daily).map_or(String::new(), |g| format!("; the daily p99s' fitted line, last day over first, {g:.2}"));
         println!(
-            "{name}: p99 of days {}-{} {a:.1} ms ({} samples), of days {}-{} {b:.1} ms ({}), ratio {:.2}: {judged}",
+            "{name}: p99 of days {}-{} {a:.1} ms ({} samples), of days {}-{} {b:.1} ms ({}), ratio {:.2}{trend}: {judged}",
             from.day + 1,
             early.last().map_or(0, |t| t.day + 1),
             count(early),
