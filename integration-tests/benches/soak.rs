@@ -74,11 +74,12 @@
 //! (the full run's audit); answers by class. Pictures of the same
 //! (`soak-<engine>-*.svg`), and at the end the targets, each passed or not:
 //! tombstones per read within the warning threshold and not growing after
-//! gc_grace, no partition past 100 MB, p99 of the last days within 1.2x of
-//! the first days' (three days' samples pooled each: one day's p99 is a few
-//! dozen samples deep; listings compared at one answer size, a full page and
-//! a short one, since a listing's work grows with its history until its page
-//! is full), overstore on disk within 1.3 by every full run after the first
+//! gc_grace, no partition past 100 MB, p99 on the last day within 1.2x of
+//! the first day's, read off a least-squares line through every day's p99
+//! (the first three days' samples pooled, and the last three's, printed
+//! beside it; listings compared at one answer size, a full page and a short
+//! one, since a listing's work grows with its history until its page is
+//! full), overstore on disk within 1.3 by every full run after the first
 //! (on Cassandra, after gc_grace: what a delete removes leaves the disk only
 //! then; the outbox apart, its window closed at the end keeping under 1% of
 //! what it held open), the routine run's work flat once every task's wait
@@ -1531,17 +1532,23 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
         let (Some(from), Some(to)) = (early.first(), late.last()) else { continue };
         let count = |days: &[&Timeline]| days.iter().map(|t| pick(&t.samples).len()).sum::<usize>();
         let (a, b) = (window_p99(early, pick), window_p99(late, pick));
-        // A p99 of fewer than 100 samples is the slowest one or two of them.
-        let judged = if count(early) < 100 || count(late) < 100 { "too few samples to judge" } else { verdict(b <= a * 1.2) };
-        // Beside the two windows, every day's p99 at once: a least-squares
-        // line through them, its value on the last day over the first's. On
-        // a shared machine one window's p99 moves by a third between runs of
-        // the same build; a decaying table moves the whole line.
+        // The last day against the first, read off a least-squares line
+        // through every day's p99: on a shared machine one window's p99
+        // moves by a third between runs of the same build (1.06 and 1.34),
+        // while a table that decays moves the whole line. The windows are
+        // printed beside it.
         let daily: Vec<(f64, f64)> =
             with.iter().map(|t| (t.day as f64, window_p99(&[*t], pick))).filter(|(_, p99)| p99.is_finite()).collect();
-        let trend = fitted_growth(&daily).map_or(String::new(), |g| format!("; the daily p99s' fitted line, last day over first, {g:.2}"));
+        let growth = fitted_growth(&daily);
+        // A p99 of fewer than 100 samples is the slowest one or two of them.
+        let judged = match growth {
+            _ if count(early) < 100 || count(late) < 100 => "too few samples to judge",
+            Some(g) => verdict(g <= 1.2),
+            None => "too few days to judge",
+        };
+        let trend = growth.map_or("-".to_owned(), |g| format!("{g:.2}"));
         println!(
-            "{name}: p99 of days {}-{} {a:.1} ms ({} samples), of days {}-{} {b:.1} ms ({}), ratio {:.2}{trend}: {judged}",
+            "{name}: the daily p99s' fitted line, last day over first, {trend} (p99 of days {}-{} {a:.1} ms, {} samples; of days {}-{} {b:.1} ms, {}; ratio {:.2}): {judged}",
             from.day + 1,
             early.last().map_or(0, |t| t.day + 1),
             count(early),
