@@ -78,7 +78,8 @@
 //! the first day's after the first grace period (until it has passed nothing
 //! superseded has left a page's partition, which holds a grace period of
 //! renders on every later day), read off a least-squares line through every
-//! such day's p99 (the first three days' samples pooled, and the last three's,
+//! such day's p99 (consecutive days pooled where one holds fewer than 100
+//! samples; the first three days' samples pooled, and the last three's,
 //! printed beside it; listings compared at one answer size, a full page and a short
 //! one, since a listing's work grows with its history until its page is
 //! full), overstore on disk within 1.3 by every full run after the first
@@ -1463,10 +1464,35 @@ fn window_p99(days: &[&Timeline], pick: fn(&Samples) -> &[Duration]) -> f64 {
     percentile_ms(&v, 0.99)
 }
 
-/// A least-squares line through `(day, value)` points: its value at the last
-/// day over its value at the first (`None` for fewer than three points or a
-/// line that is not positive at the first day).
-fn fitted_growth(points: &[(f64, f64)]) -> Option<f64> {
+/// The fewest samples a p99 is read from: below it, a p99 is the slowest one
+/// or two samples.
+const MIN_P99_SAMPLES: usize = 100;
+
+/// `(day, p99)` points for the fitted line: each day's p99, consecutive days
+/// pooled until they hold [`MIN_P99_SAMPLES`] (at the mean of their days; a
+/// short tail joins the last point). A kind sampled a few dozen times a day
+/// (short listings) would otherwise put each day's slowest answer on the line.
+fn pooled_p99s(days: &[&Timeline], pick: fn(&Samples) -> &[Duration]) -> Vec<(f64, f64)> {
+    let mut groups: Vec<Vec<&Timeline>> = Vec::new();
+    let mut current: Vec<&Timeline> = Vec::new();
+    for day in days {
+        current.push(day);
+        if current.iter().map(|t| pick(&t.samples).len()).sum::<usize>() >= MIN_P99_SAMPLES {
+            groups.push(std::mem::take(&mut current));
+        }
+    }
+    match (groups.last_mut(), current.is_empty()) {
+        (Some(last), false) => last.extend(current),
+        (None, false) => groups.push(current),
+        _ => {}
+    }
+    groups.iter().map(|g| (g.iter().map(|t| t.day as f64).sum::<f64>() / g.len() as f64, window_p99(g, pick))).collect()
+}
+
+/// A least-squares line through `(day, value)` points: its value on day `to`
+/// over its value on day `from` (`None` for fewer than three points or a
+/// line that is not positive on `from`).
+fn fitted_growth(points: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
     if points.len() < 3 {
         return None;
     }
@@ -1475,8 +1501,7 @@ fn fitted_growth(points: &[(f64, f64)]) -> Option<f64> {
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
     let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
     let at = |x: f64| my + slope * (x - mx);
-    let (first, last) = (points.first()?.0, points.last()?.0);
-    (at(first) > 0.0).then(|| at(last) / at(first))
+    (at(from) > 0.0).then(|| at(to) / at(from))
 }
 
 /// The targets, each passed or not.
@@ -1545,16 +1570,15 @@ fn targets(timeline: &[Timeline], day_secs: f64, warn_threshold: Option<u64>, sc
         let count = |days: &[&Timeline]| days.iter().map(|t| pick(&t.samples).len()).sum::<usize>();
         let (a, b) = (window_p99(early, pick), window_p99(late, pick));
         // The last day against the first, read off a least-squares line
-        // through every day's p99: on a shared machine one window's p99
-        // moves by a third between runs of the same build (1.06 and 1.34),
-        // while a table that decays moves the whole line. The windows are
-        // printed beside it.
-        let daily: Vec<(f64, f64)> =
-            with.iter().map(|t| (t.day as f64, window_p99(&[*t], pick))).filter(|(_, p99)| p99.is_finite()).collect();
-        let growth = fitted_growth(&daily);
+        // through every day's p99 (days pooled where one holds fewer than
+        // `MIN_P99_SAMPLES`): on a shared machine one window's p99 moves by a
+        // third between runs of the same build (1.06 and 1.34), while a table
+        // that decays moves the whole line. The windows are printed beside it.
+        let points: Vec<(f64, f64)> = pooled_p99s(&with, pick).into_iter().filter(|(_, p99)| p99.is_finite()).collect();
+        let growth = fitted_growth(&points, from.day as f64, to.day as f64);
         // A p99 of fewer than 100 samples is the slowest one or two of them.
         let judged = match growth {
-            _ if count(early) < 100 || count(late) < 100 => "too few samples to judge",
+            _ if count(early) < MIN_P99_SAMPLES || count(late) < MIN_P99_SAMPLES => "too few samples to judge",
             Some(g) => verdict(g <= 1.2),
             None => "too few days to judge",
         };
