@@ -6,7 +6,16 @@
 //! cargo bench -p revstore-dependency-graph --bench graph -- --dependents 10000000 # the 10-million walk
 //! cargo bench -p revstore-dependency-graph --bench graph -- --cassandra 127.0.0.1:9042 --dependents 10000000
 //! ```
-//! `--chart SVG` draws the walks' pace along their length.
+//! `--chart SVG` draws the walks' pace along their length; `--spread one|few|uniform|long-tail`
+//! sets how the dependents' priorities are spread (default `few`: seven values).
+//!
+//! ```sh
+//! cargo bench -p revstore-dependency-graph --bench graph -- --spreads 200000   # the priority spreads only
+//! ```
+//! `--spreads N` measures only the walk against the spread of priorities: one
+//! template of N dependents per spread (one priority; seven; 0-1000 uniform;
+//! a long tail: most near 0, some up to 1000), each walked over HTTP a
+//! thousand a page, as change propagation pages.
 //!
 //! 1. A template with `--dependents` dependents, loaded below the HTTP API
 //!    (bulk writes through `Graph::add_edges`): the fan-out of the real graphs
@@ -77,14 +86,118 @@ impl Service {
     }
 }
 
-fn dependent_edge(i: usize) -> Edge {
+/// How a template's dependents' priorities are spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// Every edge at 500.
+    One,
+    /// Seven values, 0 to 900.
+    Few,
+    /// 0-1000, uniform.
+    Uniform,
+    /// Most near 0, a tail up to 1000 (exponential, mean 50).
+    LongTail,
+}
+
+impl Spread {
+    const ALL: [Spread; 4] = [Spread::One, Spread::Few, Spread::Uniform, Spread::LongTail];
+
+    fn name(self) -> &'static str {
+        match self {
+            Spread::One => "one",
+            Spread::Few => "few",
+            Spread::Uniform => "uniform",
+            Spread::LongTail => "long-tail",
+        }
+    }
+
+    fn parse(text: &str) -> Spread {
+        Spread::ALL.into_iter().find(|s| s.name() == text).unwrap_or_else(|| panic!("--spread {text}: one, few, uniform or long-tail"))
+    }
+
+    /// The priority of the `i`-th dependent.
+    fn priority(self, i: usize) -> i64 {
+        // A fixed scramble of i, so that priorities do not follow titles.
+        let mixed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_right(29);
+        let unit = (mixed >> 11) as f64 / (1u64 << 53) as f64;
+        match self {
+            Spread::One => 500,
+            Spread::Few => (i % 7) as i64 * 150,
+            Spread::Uniform => (mixed % 1001) as i64,
+            Spread::LongTail => ((-(1.0 - unit).ln() * 50.0) as i64).min(1000),
+        }
+    }
+}
+
+fn dependent_edge(parent: &str, spread: Spread, i: usize) -> Edge {
     Edge {
-        parent: TEMPLATE.into(),
+        parent: parent.into(),
         kind: ChangeKind::Modification,
-        priority: (i % 7) as i64 * 150,
+        priority: spread.priority(i),
         parent_selector: None,
         child_selector: Some(vec![format!("mwA{}", i % 4096)]),
     }
+}
+
+/// Loads `count` dependents of `parent` below the API.
+async fn load_dependents(graph: &Graph, domain: &Domain, parent: &str, spread: Spread, count: usize) {
+    let mut loaded = 0;
+    while loaded < count {
+        let chunk: Vec<(Title, Edge)> =
+            (loaded..(loaded + 20_000).min(count)).map(|i| (title(&format!("Page_{i}")), dependent_edge(parent, spread, i))).collect();
+        // Eight writers: the embedded engine has one, Cassandra takes more.
+        let pieces: Vec<Vec<(Title, Edge)>> = chunk.chunks(2_500).map(<[_]>::to_vec).collect();
+        futures_util::future::try_join_all(pieces.iter().map(|p| graph.add_edges(domain, p, TitleRules::default()))).await.unwrap();
+        loaded += chunk.len();
+    }
+}
+
+/// Walks `parent`'s dependents over HTTP, `limit` a page: (edges, pages, seconds, (edges, seconds) after each page).
+async fn walk_over_http(service: &Service, parent: &str, limit: usize) -> (usize, usize, f64, Vec<(usize, f64)>) {
+    let started = Instant::now();
+    let (mut seen, mut cursor, mut pages) = (0usize, None::<String>, 0usize);
+    let mut progress = Vec::new();
+    loop {
+        let mut request = service.http.get(format!("{}/{DOMAIN}/v1/dependents/{parent}", service.base)).query(&[("limit", limit)]);
+        if let Some(c) = &cursor {
+            request = request.query(&[("cursor", c)]);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), 200, "a page of the walk");
+        let page: Value = answer.json().await.unwrap();
+        seen += page["items"].as_array().unwrap().len();
+        pages += 1;
+        progress.push((seen, started.elapsed().as_secs_f64()));
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    (seen, pages, started.elapsed().as_secs_f64(), progress)
+}
+
+/// `--spreads N`: one template of N dependents per spread, each walked over
+/// HTTP a thousand a page.
+async fn spreads(count: usize, store: Store, storage: &[String], engine: &str, embedded: bool) {
+    let domain = Domain::parse(DOMAIN).unwrap();
+    let graph = Graph::new(store.clone(), 10_000);
+    println!("# dependency-graph, {engine} engine: walks of {count} dependents against their priorities' spread\n");
+    for spread in Spread::ALL {
+        load_dependents(&graph, &domain, &format!("Template:Spread_{}", spread.name()), spread, count).await;
+    }
+    if embedded {
+        drop(graph);
+        drop(store);
+    }
+    let service = Service::start(storage).await;
+    println!("| priorities | dependents | pages of 1,000 | seconds | edges/s |\n|---|---|---|---|---|");
+    for spread in Spread::ALL {
+        let (seen, pages, secs, _) = walk_over_http(&service, &format!("Template:Spread_{}", spread.name()), 1000).await;
+        assert_eq!(seen, count, "every dependent, once");
+        println!("| {} | {seen} | {pages} | {secs:.2} | {:.0} |", spread.name(), seen as f64 / secs);
+    }
+    println!("\nservice peak {:.0} MB", service.peak_rss_mb());
+    service.stop();
 }
 
 fn title(text: &str) -> Title {
@@ -110,20 +223,16 @@ async fn main() {
     };
     store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH]).await.unwrap();
     let engine = if cassandra.is_some() { "cassandra" } else { "embedded" };
+    if let Some(count) = arg("--spreads") {
+        return spreads(count.parse().expect("--spreads N"), store, &storage, engine, cassandra.is_none()).await;
+    }
+    let spread = arg("--spread").map_or(Spread::Few, |s| Spread::parse(&s));
     let domain = Domain::parse(DOMAIN).unwrap();
     let graph = Graph::new(store.clone(), 10_000);
 
-    println!("# dependency-graph, {engine} engine, {dependents} dependents of {TEMPLATE}\n");
+    println!("# dependency-graph, {engine} engine, {dependents} dependents of {TEMPLATE}, priorities {}\n", spread.name());
     let started = Instant::now();
-    let mut loaded = 0;
-    while loaded < dependents {
-        let chunk: Vec<(Title, Edge)> =
-            (loaded..(loaded + 20_000).min(dependents)).map(|i| (title(&format!("Page_{i}")), dependent_edge(i))).collect();
-        // Eight writers: the embedded engine has one, Cassandra takes more.
-        let pieces: Vec<Vec<(Title, Edge)>> = chunk.chunks(2_500).map(<[_]>::to_vec).collect();
-        futures_util::future::try_join_all(pieces.iter().map(|p| graph.add_edges(&domain, p, TitleRules::default()))).await.unwrap();
-        loaded += chunk.len();
-    }
+    load_dependents(&graph, &domain, TEMPLATE, spread, dependents).await;
     let load_secs = started.elapsed().as_secs_f64();
     println!("loaded below the API in {load_secs:.0} s: {:.0} edges/s\n", dependents as f64 / load_secs);
     if cassandra.is_none() {
@@ -134,24 +243,7 @@ async fn main() {
     let service = Service::start(&storage).await;
     println!("| measurement | count | seconds | per second | p50 ms | p99 ms |\n|---|---|---|---|---|---|");
     // 2. The walk over HTTP.
-    let started = Instant::now();
-    let (mut seen, mut cursor, mut pages) = (0usize, None::<String>, 0usize);
-    let mut http_progress = Vec::new();
-    loop {
-        let mut request = service.http.get(format!("{}/{DOMAIN}/v1/dependents/{TEMPLATE}", service.base)).query(&[("limit", "10000")]);
-        if let Some(c) = &cursor {
-            request = request.query(&[("cursor", c)]);
-        }
-        let page: Value = request.send().await.unwrap().json().await.unwrap();
-        seen += page["items"].as_array().unwrap().len();
-        pages += 1;
-        http_progress.push((seen, started.elapsed().as_secs_f64()));
-        match page["next"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => break,
-        }
-    }
-    let walk = started.elapsed().as_secs_f64();
+    let (seen, pages, walk, http_progress) = walk_over_http(&service, TEMPLATE, 10_000).await;
     assert_eq!(seen, dependents, "every dependent, once");
     println!("| walk all dependents over HTTP ({pages} pages of 10,000) | {seen} | {walk:.1} | {:.0} | | |", seen as f64 / walk);
     let peak = service.peak_rss_mb();
