@@ -1,7 +1,11 @@
 //! `revstore-migrate`: creates every revstore table and records each
 //! component's schema version, on the embedded engine or on
-//! Cassandra/ScyllaDB. Running it again changes nothing. Exit codes: 0 done, 64 bad settings, 69 storage
-//! unreachable, 65 the database holds another schema.
+//! Cassandra/ScyllaDB. Running it again changes nothing. With
+//! `--rebuild-graph-dependents` it then writes every edge's by-parent row
+//! again from the by-child table: the offline step of the dependency graph's
+//! upgrade to version 2 (OPERATIONS, "Schema versions and upgrades").
+//! Exit codes: 0 done, 64 bad settings, 69 storage unreachable, 65 the
+//! database holds another schema (or the rebuild failed).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,6 +20,12 @@ struct Args {
     /// The same storage settings, with the same names, as the services'.
     #[command(flatten)]
     storage: StorageArgs,
+
+    /// After migrating, write every edge's row among its parent's dependents
+    /// (`graph_parent_dependents`, `graph_parent_buckets`) from
+    /// `graph_dependencies`. Run it with dependency-graph stopped.
+    #[arg(long)]
+    rebuild_graph_dependents: bool,
 }
 
 /// DDL waits for the whole cluster to agree: a storage timeout of at least this.
@@ -31,7 +41,9 @@ fn settings(args: Args) -> Result<StorageSettings, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let settings = match settings(Args::parse()) {
+    let args = Args::parse();
+    let rebuild = args.rebuild_graph_dependents;
+    let settings = match settings(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("revstore-migrate: {e}");
@@ -39,25 +51,46 @@ async fn main() -> ExitCode {
         }
     };
     let engine = settings.engine_name();
-    let result = async {
-        let store = revstore_storage::open(settings).await?;
-        store.migrate(&revstore_schema::COMPONENTS).await
-    }
-    .await;
-    match result {
+    let store = match revstore_storage::open(settings).await {
+        Ok(store) => store,
+        Err(e) => return failed(engine, &e.to_string(), exit_code(&e)),
+    };
+    match store.migrate(&revstore_schema::COMPONENTS).await {
         Ok(outcomes) => {
             for (component, outcome) in outcomes {
                 eprintln!("revstore-migrate: {engine}: {component}: {outcome}");
             }
-            ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("revstore-migrate: {engine}: {e}");
-            ExitCode::from(match e {
-                StoreError::Unavailable(_) | StoreError::StorageFull(_) => 69,
-                StoreError::Invalid(_) => 64,
-                _ => 65,
-            })
+        Err(e) => return failed(engine, &e.to_string(), exit_code(&e)),
+    }
+    if rebuild {
+        let graph = revstore_dependency_graph::Graph::new(store, usize::MAX);
+        let mut reported = 0;
+        let progress = |edges: u64| {
+            if edges >= reported + 100_000 {
+                reported = edges;
+                eprintln!("revstore-migrate: {engine}: dependency-graph: {edges} edges written among their parents' dependents");
+            }
+        };
+        match graph.rebuild_dependents(progress).await {
+            Ok((pages, edges)) => {
+                eprintln!("revstore-migrate: {engine}: dependency-graph: rebuilt the dependents of {edges} edges of {pages} pages")
+            }
+            Err(e) => return failed(engine, &format!("rebuilding the graph's dependents: {e}"), 65),
         }
     }
+    ExitCode::SUCCESS
+}
+
+fn exit_code(e: &StoreError) -> u8 {
+    match e {
+        StoreError::Unavailable(_) | StoreError::StorageFull(_) => 69,
+        StoreError::Invalid(_) => 64,
+        _ => 65,
+    }
+}
+
+fn failed(engine: &str, why: &str, code: u8) -> ExitCode {
+    eprintln!("revstore-migrate: {engine}: {why}");
+    ExitCode::from(code)
 }

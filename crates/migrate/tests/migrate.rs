@@ -93,3 +93,77 @@ fn cassandra_migration_is_safe_to_run_twice() {
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
+
+/// The dependency graph's upgrade to version 2: its by-child table kept, its
+/// by-parent rows in new tables that start empty. `--rebuild-graph-dependents`
+/// fills them from the by-child rows; run again, it changes nothing.
+#[test]
+fn the_graph_dependents_are_rebuilt_from_the_pages_dependencies() {
+    use revstore_api::ChangeKind;
+    use revstore_dependency_graph::{DependentsQuery, Graph};
+    use revstore_schema::tables::dependency_graph::DEPENDENCIES;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    let settings = || StorageSettings::Embedded { data_dir: dir.path().to_owned(), options: EmbeddedOptions::default() };
+    let expected: Vec<(i64, String)> = runtime().block_on(async {
+        let store = revstore_storage::open(settings()).await.expect("open");
+        store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+        // A version 1 graph as the upgrade finds it: each page's edges by child,
+        // recorded at version 1.
+        let mut expected = Vec::new();
+        for i in 0..500i64 {
+            let (child, priority) = (format!("Page_{i}"), i * 7 % 1001);
+            let row = Upsert::new(
+                &DEPENDENCIES,
+                [
+                    Value::from("en.wikipedia.org"),
+                    Value::from(child.as_str()),
+                    Value::from(priority),
+                    Value::from("modification"),
+                    Value::from("Template:Infobox"),
+                ],
+            )
+            .set("child_selector", "[\"mw1\"]")
+            .set("created", Value::Timestamp(1_700_000_000_000));
+            store.write(row).await.expect("edge");
+            expected.push((priority, child));
+        }
+        store
+            .write(Upsert::new(&SCHEMA_META, [Value::from("dependency-graph")]).set("version", 1i64).set("compatible_from", 1i64))
+            .await
+            .expect("v1");
+        expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        expected
+    });
+    let listed = || {
+        runtime().block_on(async {
+            let graph = Graph::new(revstore_storage::open(settings()).await.expect("open"), 10_000);
+            let (domain, parent) = (
+                revstore_keys::Domain::parse("en.wikipedia.org").expect("domain"),
+                revstore_keys::Title::parse("Template:Infobox", revstore_keys::TitleRules::default()).expect("title"),
+            );
+            let (mut listed, mut cursor) = (Vec::new(), None);
+            loop {
+                let query = DependentsQuery { kind: ChangeKind::Modification, min_priority: 0, max_priority: 1000, limit: 64, cursor };
+                let page = graph.dependents(&domain, &parent, query).await.expect("list");
+                listed.extend(page.items.into_iter().map(|d| {
+                    assert_eq!(d.child_selector, Some(vec!["mw1".to_owned()]));
+                    (d.priority, d.child)
+                }));
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => return listed,
+                }
+            }
+        })
+    };
+    assert!(listed().is_empty(), "the new tables start empty");
+    let (code, said) = migrate(&["--data-dir", data, "--rebuild-graph-dependents"], &[]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("dependency-graph: upgraded schema from version 1 to 2"), "{said}");
+    assert!(said.contains("rebuilt the dependents of 500 edges of 500 pages"), "{said}");
+    assert_eq!(listed(), expected);
+    let (code, said) = migrate(&["--data-dir", data, "--rebuild-graph-dependents"], &[]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(listed(), expected, "a second rebuild changes nothing");
+}

@@ -370,11 +370,12 @@ pub mod old_store {
 /// dependency-graph: adjacency lists in both directions.
 ///
 /// An edge is one row in `graph_dependencies` (by child) and one in
-/// `graph_dependents` (by parent), written in the same batch. A popular
-/// template's dependents are spread over partitions by priority and by a hash
-/// bucket of the child, so none grows past tens of megabytes at ten million
-/// dependents; `graph_dependent_buckets` lists which of those partitions a
-/// parent has, in listing order. Selectors are JSON arrays of fragment ids, as
+/// `graph_parent_dependents` (by parent), written in the same batch. A
+/// popular template's dependents are spread over partitions by a hash bucket
+/// of the child, each in listing order (priority descending, then child), so
+/// none grows past tens of megabytes at ten million dependents and a listing
+/// is a merge of at most 32 ordered partitions; `graph_parent_buckets` lists
+/// which buckets a parent has. Selectors are JSON arrays of fragment ids, as
 /// text. The design: `docs/design/dependency-graph.md`.
 pub mod dependency_graph {
     use super::*;
@@ -419,16 +420,18 @@ pub mod dependency_graph {
         comment: "dependencies of each page, priority descending",
     };
 
-    /// What depends on a page, for one type and priority, in one hash bucket
-    /// of the child.
+    /// What depends on a page, for one type, in one hash bucket of the
+    /// child: priority descending, then child. A listing merges the parent's
+    /// buckets in that order, so its reads do not depend on how the
+    /// priorities are spread.
     pub static DEPENDENTS: TableDef = TableDef {
-        name: "graph_dependents",
+        name: "graph_parent_dependents",
         columns: &[
             C::partition(col::DOMAIN, Text),
             C::partition(col::PARENT, Text),
             C::partition(col::DEP_TYPE, Text),
-            C::partition(col::PRIORITY, BigInt),
             C::partition(col::BUCKET, BigInt),
+            C::clustering(col::PRIORITY, BigInt, Order::Desc),
             C::clustering(col::CHILD, Text, Order::Asc),
             C::regular(col::PARENT_SELECTOR, Text),
             C::regular(col::CHILD_SELECTOR, Text),
@@ -436,24 +439,23 @@ pub mod dependency_graph {
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "dependents of each page by type, priority and bucket",
+        comment: "dependents of each page by type and bucket, priority descending",
     };
 
-    /// The (priority, bucket) partitions of `graph_dependents` a parent has,
-    /// in listing order (priority descending).
+    /// The buckets of `graph_parent_dependents` a parent has dependents in,
+    /// per type: a parent with a few dependents is listed in a few reads.
     pub static DEPENDENT_BUCKETS: TableDef = TableDef {
-        name: "graph_dependent_buckets",
+        name: "graph_parent_buckets",
         columns: &[
             C::partition(col::DOMAIN, Text),
             C::partition(col::PARENT, Text),
             C::partition(col::DEP_TYPE, Text),
-            C::clustering(col::PRIORITY, BigInt, Order::Desc),
             C::clustering(col::BUCKET, BigInt, Order::Asc),
             C::regular(col::CREATED, Timestamp),
         ],
         default_ttl: None,
         compaction: Compaction::Leveled,
-        comment: "which dependents partitions each parent has",
+        comment: "which graph_parent_dependents buckets each parent has",
     };
 
     /// The latest change of each page, by type and selector (`""`: the whole

@@ -66,8 +66,17 @@ pub static CURRENT_STORE: Component = Component { name: "current-store", version
 // block's seal had deleted on disk). Options only: version 2's code works on
 // it.
 pub static OLD_STORE: Component = Component { name: "old-store", version: 3, compatible_from: 2, tables: &old_store::TABLES };
+//
+// dependency-graph 2: a parent's dependents in `graph_parent_dependents`,
+// partitioned by bucket alone and clustered by (priority descending, child),
+// with `graph_parent_buckets` listing the buckets in use; a listing merges
+// the buckets, so its reads no longer grow with the spread of priorities.
+// Version 1's code read `graph_dependents` and `graph_dependent_buckets`
+// (priority in the partition key), which version 2 neither reads nor writes:
+// the by-parent rows are rebuilt from `graph_dependencies` by the janitor's
+// `graph` task (OPERATIONS, "Schema versions and upgrades").
 pub static DEPENDENCY_GRAPH: Component =
-    Component { name: "dependency-graph", version: 1, compatible_from: 1, tables: &dependency_graph::TABLES };
+    Component { name: "dependency-graph", version: 2, compatible_from: 2, tables: &dependency_graph::TABLES };
 //
 // janitor 2: `janitor_journal`, the pages each service changed by minute, for
 // routine runs. Additive: version 1's code ignores it (its runs visit every
@@ -92,7 +101,7 @@ mod tests {
     const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
         ("current-store", 2, "6632f698a4e35df9"),
         ("old-store", 3, "cc0874637b8c7e30"),
-        ("dependency-graph", 1, "c8bdeb757fb12225"),
+        ("dependency-graph", 2, "220a19126096aaf9"),
         ("janitor", 2, "a3cc7d4db6c7255b"),
     ];
 

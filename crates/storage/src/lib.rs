@@ -46,6 +46,7 @@ pub use open::{StorageSettings, open};
 pub use ops::{
     Cas, CasOutcome, Condition, Delete, DeleteTarget, DiskUsage, Holdings, Page, PurgeStats, ReadHealth, ReadOrder, ReadQuery,
     ScanPosition, ScanQuery, ScanRows, ScannedPartition, Serialized, Site, Slice, TokenRange, Upsert, Write, slices_after,
+    slices_within_after,
 };
 pub use revstore_schema::{ColumnType, TableDef};
 pub use store::{Engine, EngineKind, Store};

@@ -247,6 +247,58 @@ pub fn slices_after(table: &TableDef, key: &[Value], order: ReadOrder) -> Vec<Sl
         .collect()
 }
 
+/// The slices that hold, one after the other and each read in `order`,
+/// exactly the rows of `slice` that come after the full clustering key
+/// `after`: first the rows sharing its longest prefix, then shorter ones,
+/// each a plain range an engine reads by seeking (CQL has no `OR`, and
+/// SQLite reads an `OR` of ranges by sorting every row it matches). None
+/// shares a prefix with a key outside the slice's range.
+pub fn slices_within_after(table: &TableDef, slice: &Slice, after: &[Value], order: ReadOrder) -> Vec<Slice> {
+    let ck: Vec<_> = table.clustering().collect();
+    let first = slice.prefix.len();
+    let range = Slice::all().lower(slice.lower.clone()).upper(slice.upper.clone());
+    let inside = after.get(first).is_none_or(|v| range.contains(std::slice::from_ref(v)));
+    let mut slices = Vec::new();
+    for i in (first..ck.len().min(after.len())).rev() {
+        if i > first && !inside {
+            continue;
+        }
+        let forward = matches!(ck[i].1, revstore_schema::Order::Asc) == (order == ReadOrder::Clustering);
+        let mut sub = Slice::prefix(after[..i].iter().cloned());
+        let past = Bound::Excluded(after[i].clone());
+        if i == first {
+            // The slice's own range on this column, tightened by the key.
+            sub.lower = slice.lower.clone();
+            sub.upper = slice.upper.clone();
+            if forward {
+                sub.lower = tighter(sub.lower, past, std::cmp::Ordering::Greater);
+            } else {
+                sub.upper = tighter(sub.upper, past, std::cmp::Ordering::Less);
+            }
+        } else if forward {
+            sub.lower = past;
+        } else {
+            sub.upper = past;
+        }
+        slices.push(sub);
+    }
+    slices
+}
+
+/// Of two bounds on one column, the one that admits less: `tighter_side` is
+/// `Greater` for lower bounds (the larger value wins), `Less` for upper ones.
+fn tighter(bound: Bound<Value>, other: Bound<Value>, tighter_side: std::cmp::Ordering) -> Bound<Value> {
+    match (&bound, &other) {
+        (Bound::Unbounded, _) => other,
+        (_, Bound::Unbounded) => bound,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => match a.cmp_same_type(b) {
+            o if o == tighter_side => bound,
+            std::cmp::Ordering::Equal if matches!(bound, Bound::Excluded(_)) => bound,
+            _ => other,
+        },
+    }
+}
+
 /// The order rows come back in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadOrder {
@@ -268,6 +320,10 @@ pub struct ReadQuery {
     pub limit: Option<u32>,
     /// Resume after the last row of a previous page of the same query.
     pub page_token: Option<String>,
+    /// Resume after this full clustering key, in the read's order: a
+    /// service's own position, kept under its own sealed cursor (a merge of
+    /// partitions resuming each one where it stopped). Not with `page_token`.
+    pub after: Option<Vec<Value>>,
     /// Regular and static columns to return (key columns always are); `None` for all.
     pub columns: Option<Vec<&'static str>>,
 }
@@ -281,6 +337,7 @@ impl ReadQuery {
             order: ReadOrder::Clustering,
             limit: None,
             page_token: None,
+            after: None,
             columns: None,
         }
     }
@@ -302,6 +359,12 @@ impl ReadQuery {
 
     pub fn page_token(mut self, token: Option<String>) -> Self {
         self.page_token = token;
+        self
+    }
+
+    /// Rows after this full clustering key only (see [`ReadQuery::after`]).
+    pub fn after(mut self, key: impl IntoIterator<Item = Value>) -> Self {
+        self.after = Some(key.into_iter().collect());
         self
     }
 

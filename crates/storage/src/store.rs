@@ -104,7 +104,8 @@ pub trait Engine: Send + Sync + Debug {
     async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome>;
 
     /// Reads the first page of each query (each has a limit; up to `limit +
-    /// 1` rows each, as [`Engine::read`]). Engines that can answer many small
+    /// 1` rows each, as [`Engine::read`]; after the query's `after` key when
+    /// it has one). Engines that can answer many small
     /// reads at once cheaper than one by one override it (the embedded
     /// engine: one connection, one call); the default runs them 32 at a time.
     async fn read_many(&self, queries: Vec<ReadQuery>) -> StoreResult<Vec<Vec<Row>>> {
@@ -112,7 +113,7 @@ pub trait Engine: Send + Sync + Debug {
         for chunk in queries.chunks(32) {
             let mut reads = Vec::with_capacity(chunk.len());
             for query in chunk {
-                reads.push(self.read(query, None));
+                reads.push(self.read(query, query.after.clone()));
             }
             pages.extend(futures_util::future::try_join_all(reads).await?.into_iter().map(|(rows, _statics)| rows));
         }
@@ -364,7 +365,7 @@ impl Store {
                 }
                 Some(key)
             }
-            None => None,
+            None => query.after.clone(),
         };
         let (mut rows, statics) = match query.limit {
             Some(_) => self.timed("read", self.engine.read(query, after)).await?,
@@ -391,9 +392,10 @@ impl Store {
         Ok(Page { rows, statics, next })
     }
 
-    /// The first page of each query (each must have a limit), rows only, in
-    /// the queries' order: many small partitions read at the cost of a few
-    /// reads (a pull check's hundreds of parents).
+    /// The first page of each query (each must have a limit; it may start
+    /// [`ReadQuery::after`] a key), rows only, in the queries' order: many
+    /// small partitions read at the cost of a few reads (a pull check's
+    /// hundreds of parents, a merge of a parent's buckets).
     pub async fn read_many(&self, queries: Vec<ReadQuery>) -> StoreResult<Vec<Vec<Row>>> {
         for query in &queries {
             validate_read(query)?;

@@ -154,6 +154,16 @@ pub(crate) fn validate_read(q: &ReadQuery) -> StoreResult<()> {
     if q.limit == Some(0) {
         return Err(StoreError::invalid("limit must be at least 1"));
     }
+    if let Some(after) = &q.after {
+        if q.page_token.is_some() {
+            return Err(StoreError::invalid("a read resumes after a page token or after a key, not both"));
+        }
+        let (_, ck) = key_columns(q.table);
+        if after.len() != ck.len() {
+            return Err(StoreError::invalid(format!("a read of {} resumes after a full clustering key", q.table.name)));
+        }
+        check_key_part(q.table, &ck, after, "clustering")?;
+    }
     if let Some(columns) = &q.columns {
         check_columns(q.table, columns.iter().copied())?;
     }

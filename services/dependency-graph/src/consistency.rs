@@ -8,7 +8,7 @@
 //! position, looks every edge found up in the other table, and answers what
 //! is missing and where the next step starts; the janitor keeps that position
 //! as its checkpoint. The directory pass then prunes the entries of emptied
-//! (priority, bucket) partitions, which listings would otherwise read forever.
+//! buckets, which listings would otherwise read forever.
 //!
 //! A step is bounded in rows as well as partitions, and can stop inside a
 //! partition (a template's bucket may hold hundreds of thousands of
@@ -148,7 +148,7 @@ impl Direction {
     }
 }
 
-/// The read of an edge's `graph_dependents` row.
+/// The read of an edge's `graph_parent_dependents` row.
 fn dependents_row(edge: &OneSidedEdge) -> ReadQuery {
     dependent_row(&edge.domain, &edge.parent, &edge.kind, edge.priority, &edge.child)
 }
@@ -353,10 +353,10 @@ impl Graph {
     /// the partition is looked at once more after, to put back an entry an
     /// edge written meanwhile needs. Answers whether the entry was empty.
     async fn prune_entry(&self, key: &[Value], row: &Row, apply: bool) -> Result<bool, GraphError> {
-        let (Some(priority), Some(b)) = (row.bigint(col::PRIORITY), row.bigint(col::BUCKET)) else {
-            return Err(GraphError::Corrupt("a directory row without its priority or bucket".into()));
+        let Some(b) = row.bigint(col::BUCKET) else {
+            return Err(GraphError::Corrupt("a directory row without its bucket".into()));
         };
-        let partition: Vec<Value> = key.iter().cloned().chain([Value::from(priority), Value::from(b)]).collect();
+        let partition: Vec<Value> = key.iter().cloned().chain([Value::from(b)]).collect();
         let probe = ReadQuery::new(&DEPENDENTS, partition).columns([col::CREATED]).limit(1);
         if !self.store().read(&probe).await?.rows.is_empty() {
             return Ok(false);
@@ -364,7 +364,7 @@ impl Graph {
         if apply {
             let written = row.timestamp(col::CREATED).unwrap_or(0);
             let deleted_at = written * 1000 + 999;
-            let entry = [Value::from(priority), Value::from(b)];
+            let entry = [Value::from(b)];
             self.store().write(Delete::row(&DEPENDENT_BUCKETS, key.iter().cloned(), entry.clone()).timestamp(deleted_at)).await?;
             if !self.store().read(&probe).await?.rows.is_empty() {
                 let again = self.store().now_micros().max(deleted_at + 1);
@@ -397,10 +397,7 @@ fn one_sided(direction: Direction, key: &[Value], row: &Row) -> Result<OneSidedE
             domain: text(key.first()).ok_or_else(corrupt)?,
             parent: text(key.get(1)).ok_or_else(corrupt)?,
             kind: text(key.get(2)).ok_or_else(corrupt)?,
-            priority: match key.get(3) {
-                Some(Value::BigInt(p)) => *p,
-                _ => return Err(corrupt()),
-            },
+            priority: row.bigint(col::PRIORITY).ok_or_else(corrupt)?,
             child: row.text(col::CHILD).ok_or_else(corrupt)?.to_owned(),
         },
     })

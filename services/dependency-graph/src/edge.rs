@@ -1,7 +1,7 @@
 //! An edge as stored, and every key of the edge tables: the one place that
 //! spells out how an edge of `child` on `parent` lands in `graph_dependencies`
-//! (by child), `graph_dependents` (by parent, bucketed) and
-//! `graph_dependent_buckets` (the by-parent directory), and the writes that
+//! (by child), `graph_parent_dependents` (by parent, bucketed) and
+//! `graph_parent_buckets` (the by-parent directory), and the writes that
 //! put or remove it in both directions. The graph, the consistency check and
 //! the tests build their keys here.
 
@@ -15,8 +15,8 @@ use revstore_storage::{Delete, ReadQuery, Row, Slice, Upsert, Value, Write};
 
 use crate::error::GraphError;
 
-/// Hash buckets of a parent's dependents, per type and priority. Part of the
-/// data layout: changing it needs the data rewritten.
+/// Hash buckets of a parent's dependents, per type. Part of the data
+/// layout: changing it needs the data rewritten.
 pub const BUCKETS: i64 = 32;
 
 /// The bucket of a child among its parent's dependents.
@@ -35,24 +35,29 @@ pub fn dependency_clustering(priority: i64, kind: &str, parent: &str) -> [Value;
 }
 
 /// The directory partition of a parent's dependents of one type
-/// (`graph_dependent_buckets`): its (priority, bucket) entries.
+/// (`graph_parent_buckets`): the buckets it has dependents in.
 pub fn directory_key(domain: &str, parent: &str, kind: &str) -> [Value; 3] {
     [Value::from(domain), Value::from(parent), Value::from(kind)]
 }
 
-/// The `graph_dependents` partition of one directory entry.
-pub fn dependents_partition(domain: &str, parent: &str, kind: &str, priority: i64, bucket: i64) -> [Value; 5] {
-    [Value::from(domain), Value::from(parent), Value::from(kind), Value::from(priority), Value::from(bucket)]
+/// The `graph_parent_dependents` partition of one bucket.
+pub fn dependents_partition(domain: &str, parent: &str, kind: &str, bucket: i64) -> [Value; 4] {
+    [Value::from(domain), Value::from(parent), Value::from(kind), Value::from(bucket)]
 }
 
-/// The `graph_dependents` partition that holds `child` among `parent`'s dependents.
-pub fn dependents_partition_of(domain: &str, parent: &str, kind: &str, priority: i64, child: &str) -> [Value; 5] {
-    dependents_partition(domain, parent, kind, priority, bucket(child))
+/// The `graph_parent_dependents` partition that holds `child` among `parent`'s dependents.
+pub fn dependents_partition_of(domain: &str, parent: &str, kind: &str, child: &str) -> [Value; 4] {
+    dependents_partition(domain, parent, kind, bucket(child))
+}
+
+/// The clustering key of `child`'s row among its parent's dependents.
+pub fn dependent_clustering(priority: i64, child: &str) -> [Value; 2] {
+    [Value::from(priority), Value::from(child)]
 }
 
 /// The delete of `child`'s row among `parent`'s dependents (not stamped).
 pub fn dependent_delete(domain: &str, parent: &str, kind: &str, priority: i64, child: &str) -> Delete {
-    Delete::row(&DEPENDENTS, dependents_partition_of(domain, parent, kind, priority, child), [Value::from(child)])
+    Delete::row(&DEPENDENTS, dependents_partition_of(domain, parent, kind, child), dependent_clustering(priority, child))
 }
 
 /// The delete of an edge's row in its child's partition (not stamped).
@@ -60,9 +65,10 @@ pub fn dependency_delete(domain: &str, child: &str, priority: i64, kind: &str, p
     Delete::row(&DEPENDENCIES, dependencies_key(domain, child), dependency_clustering(priority, kind, parent))
 }
 
-/// The read of one edge's row in `graph_dependents`.
+/// The read of one edge's row in `graph_parent_dependents`.
 pub(crate) fn dependent_row(domain: &str, parent: &str, kind: &str, priority: i64, child: &str) -> ReadQuery {
-    ReadQuery::new(&DEPENDENTS, dependents_partition_of(domain, parent, kind, priority, child)).slice(Slice::prefix([Value::from(child)]))
+    ReadQuery::new(&DEPENDENTS, dependents_partition_of(domain, parent, kind, child))
+        .slice(Slice::prefix(dependent_clustering(priority, child)))
 }
 
 /// The read of one edge's row in `graph_dependencies`.
@@ -172,34 +178,44 @@ impl StoredEdge {
     /// a tombstone that every read of the partition passes over), unless
     /// `clears` names it: a selector or update time the row had and must lose.
     pub(crate) fn put(&self, domain: &Domain, child: &str, clears: &[&'static str], at: i64) -> Vec<Write> {
-        let (d, kind) = (domain.as_str(), kind_name(self.kind));
-        let cells = |mut upsert: Upsert| {
-            for (column, value) in [(col::PARENT_SELECTOR, &self.parent_selector), (col::CHILD_SELECTOR, &self.child_selector)] {
-                match value {
-                    Some(v) => upsert = upsert.set(column, v.as_str()),
-                    None if clears.contains(&column) => upsert = upsert.set(column, Value::Null),
-                    None => {}
-                }
-            }
-            if let Some(created) = self.created {
-                upsert = upsert.set(col::CREATED, Value::Timestamp(created));
-            }
-            upsert.timestamp(at)
-        };
-        let mut by_child = cells(Upsert::new(&DEPENDENCIES, dependencies_key(d, child).into_iter().chain(self.clustering())));
+        let key = dependencies_key(domain.as_str(), child).into_iter().chain(self.clustering());
+        let mut by_child = self.cells(Upsert::new(&DEPENDENCIES, key), clears, at);
         match self.last_updated {
             Some(updated) => by_child = by_child.set(col::LAST_UPDATED, Value::Timestamp(updated)),
             None if clears.contains(&col::LAST_UPDATED) => by_child = by_child.set(col::LAST_UPDATED, Value::Null),
             None => {}
         }
-        let b = bucket(child);
-        let partition = dependents_partition(d, &self.parent, kind, self.priority, b);
-        let by_parent = cells(Upsert::new(&DEPENDENTS, partition.into_iter().chain([Value::from(child)])));
+        let mut writes = vec![by_child.into()];
+        writes.extend(self.put_dependent(domain, child, clears, at));
+        writes
+    }
+
+    /// The writes that store this edge among its parent's dependents (its
+    /// row and its bucket's directory entry), at write timestamp `at`.
+    pub(crate) fn put_dependent(&self, domain: &Domain, child: &str, clears: &[&'static str], at: i64) -> Vec<Write> {
+        let (d, kind) = (domain.as_str(), kind_name(self.kind));
+        let key = dependents_partition_of(d, &self.parent, kind, child).into_iter().chain(dependent_clustering(self.priority, child));
+        let by_parent = self.cells(Upsert::new(&DEPENDENTS, key), clears, at);
         // The entry's `created` is its write time to the millisecond, so the
         // janitor can prune an emptied entry without shadowing a newer write.
-        let entry = directory_key(d, &self.parent, kind).into_iter().chain([Value::from(self.priority), Value::from(b)]);
+        let entry = directory_key(d, &self.parent, kind).into_iter().chain([Value::from(bucket(child))]);
         let directory = Upsert::new(&DEPENDENT_BUCKETS, entry).set(col::CREATED, Value::Timestamp(at / 1000)).timestamp(at);
-        vec![by_child.into(), by_parent.into(), directory.into()]
+        vec![by_parent.into(), directory.into()]
+    }
+
+    /// The cells both rows of the edge hold (selectors, `created`), at `at`.
+    fn cells(&self, mut upsert: Upsert, clears: &[&'static str], at: i64) -> Upsert {
+        for (column, value) in [(col::PARENT_SELECTOR, &self.parent_selector), (col::CHILD_SELECTOR, &self.child_selector)] {
+            match value {
+                Some(v) => upsert = upsert.set(column, v.as_str()),
+                None if clears.contains(&column) => upsert = upsert.set(column, Value::Null),
+                None => {}
+            }
+        }
+        if let Some(created) = self.created {
+            upsert = upsert.set(col::CREATED, Value::Timestamp(created));
+        }
+        upsert.timestamp(at)
     }
 
     /// The writes that remove this edge of `child` from both directions at

@@ -192,18 +192,20 @@ revstore_test_service::on_both_engines!(
     bad_input_is_refused_and_writes_nothing,
     the_pull_check_finds_what_changed_after_the_last_update,
     paging_sees_every_dependent_exactly_once_while_edges_change,
+    dependents_come_in_priority_then_title_order_in_any_range,
 );
 
 /// Pages through the dependents of one template (CI's scaled-down fan-out)
 /// while other pages gain and lose edges to it: every edge present for the
-/// whole walk is seen exactly once, none twice, in priority order.
+/// whole walk is seen exactly once, none twice, in listing order (priority
+/// descending, then title), with priorities spread over 0-1000.
 async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Engine) {
     const DEPENDENTS: usize = 200_000;
     let template = common::title("Template:Citation needed");
     let edge = |i: usize| Edge {
         parent: template.as_str().to_owned(),
         kind: ChangeKind::Modification,
-        priority: (i % 7) as i64 * 100,
+        priority: (i * 7919 % 1001) as i64,
         parent_selector: None,
         child_selector: Some(vec![format!("mw{i}")]),
     };
@@ -217,7 +219,7 @@ async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Eng
     let mut seen = vec![0u8; DEPENDENTS];
     let mut churned = HashSet::new();
     let mut cursor: Option<String> = None;
-    let mut last_priority = i64::MAX;
+    let mut last: Option<(i64, String)> = None;
     let mut pages = 0;
     loop {
         let mut request = client().get(s.url(&format!("/{DOMAIN}/v1/dependents/{}", template.as_str()))).query(&[("limit", "5000")]);
@@ -229,9 +231,11 @@ async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Eng
         let page: Value = answer.json().await.expect("json");
         for item in page["items"].as_array().expect("json shape") {
             let priority = item["priority"].as_i64().expect("json shape");
-            assert!(priority <= last_priority, "priority order broken");
-            last_priority = priority;
             let child = item["child"].as_str().expect("json shape");
+            if let Some((p, c)) = &last {
+                assert!(priority < *p || (priority == *p && child > c.as_str()), "({priority}, {child}) listed after ({p}, {c})");
+            }
+            last = Some((priority, child.to_owned()));
             if let Some(i) = child.strip_prefix("Page_").and_then(|n| n.parse::<usize>().ok()) {
                 seen[i] += 1;
             }
@@ -261,6 +265,47 @@ async fn paging_sees_every_dependent_exactly_once_while_edges_change(engine: Eng
         &never[..never.len().min(5)]
     );
     assert!(pages >= DEPENDENTS / 5000, "{pages} pages");
+}
+
+/// Small pages of a priority range list exactly the dependents in it, in
+/// listing order, each once: the merge of the buckets and its cursor.
+async fn dependents_come_in_priority_then_title_order_in_any_range(engine: Engine) {
+    let s = start_on(engine, |_| {}).await;
+    let priority = |i: usize| (i * 37 % 1001) as i64;
+    let mut expected = Vec::new();
+    for i in 0..600 {
+        let page = format!("Reader_{i:03}");
+        let edges = json!([{"parent": "Template:Spread", "type": "modification", "priority": priority(i)}]);
+        assert_eq!(put_deps(&s, &page, edges).await.status(), 200);
+        if (200..=700).contains(&priority(i)) {
+            expected.push((priority(i), page));
+        }
+    }
+    expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let (mut listed, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let mut request = client().get(s.url(&format!("/{DOMAIN}/v1/dependents/Template:Spread"))).query(&[
+            ("limit", "7"),
+            ("min_priority", "200"),
+            ("max_priority", "700"),
+        ]);
+        if let Some(c) = &cursor {
+            request = request.query(&[("cursor", c)]);
+        }
+        let answer = request.send().await.expect("send");
+        assert_eq!(answer.status(), 200);
+        let page: Value = answer.json().await.expect("json");
+        for item in page["items"].as_array().expect("items") {
+            listed.push((item["priority"].as_i64().expect("priority"), item["child"].as_str().expect("child").to_owned()));
+        }
+        pages += 1;
+        cursor = page["next"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(listed, expected, "{pages} pages");
+    assert!(pages >= expected.len() / 7, "{pages} pages");
 }
 
 /// Every status an operation answers is documented, and the router and the

@@ -228,9 +228,12 @@ async fn a_graph_divergence_is_found_and_repaired(engine: Engine) {
     // A dependents row lost, and an orphan one no page lists.
     use revstore_dependency_graph::testing::{dependent_delete, dependents_partition_of};
     s.graph_store.write(dependent_delete(DOMAIN, "Template:Cite", "modification", 10, "Page_B")).await.expect("lose a row");
-    let orphan = dependents_partition_of(DOMAIN, "Template:Box", "modification", 900, "Page_Gone");
+    let orphan = dependents_partition_of(DOMAIN, "Template:Box", "modification", "Page_Gone");
     s.graph_store
-        .write(Upsert::new(&DEPENDENTS, orphan.into_iter().chain([Value::from("Page_Gone")])).set("created", Value::Timestamp(0)))
+        .write(
+            Upsert::new(&DEPENDENTS, orphan.into_iter().chain([Value::from(900i64), Value::from("Page_Gone")]))
+                .set("created", Value::Timestamp(0)),
+        )
         .await
         .expect("orphan");
     let dependents = |parent: &str| {

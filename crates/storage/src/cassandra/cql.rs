@@ -7,7 +7,7 @@ use revstore_schema::{Column, ColumnType, Order, TableDef};
 use scylla::value::{CqlTimestamp, CqlTimeuuid, CqlValue};
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{Delete, DeleteTarget, ReadOrder, Slice, Upsert};
+use crate::ops::{Delete, DeleteTarget, ReadOrder, Slice, Upsert, slices_within_after};
 use crate::value::Value;
 
 /// A statement's text and the values bound to its markers, in order.
@@ -193,27 +193,10 @@ pub(crate) fn reads(
         cql.push_str(" LIMIT ?");
         Statement { cql, values }
     };
-    let Some(after) = after else { return vec![build(slice)] };
-    // From the deepest column up: rows sharing the longest prefix with `after` come first.
-    let mut statements = Vec::new();
-    for i in (slice.prefix.len()..ck.len().min(after.len())).rev() {
-        let (_, col_order) = ck[i];
-        let forward = (col_order == Order::Asc) == (order == ReadOrder::Clustering);
-        let mut sub = Slice::prefix(after[..i].iter().cloned());
-        let past = Bound::Excluded(after[i].clone());
-        if i == slice.prefix.len() {
-            // The slice's own range on this column, tightened by the cursor.
-            sub.lower = slice.lower.clone();
-            sub.upper = slice.upper.clone();
-        }
-        if forward {
-            sub.lower = past;
-        } else {
-            sub.upper = past;
-        }
-        statements.push(build(&sub));
+    match after {
+        None => vec![build(slice)],
+        Some(after) => slices_within_after(t, slice, after, order).iter().map(build).collect(),
     }
-    statements
 }
 
 /// The static cells of a partition.

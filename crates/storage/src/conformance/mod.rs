@@ -174,6 +174,7 @@ macro_rules! conformance_suite {
             token_range_scans_resume_from_plain_positions_with_statics,
             a_read_without_a_limit_never_loads_a_large_partition_whole,
             many_partitions_read_at_once_answer_as_one_by_one,
+            reads_resume_after_a_key_within_their_slice,
             holdings_count_every_live_cell_in_steps_that_resume,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,

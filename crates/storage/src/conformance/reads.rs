@@ -218,3 +218,57 @@ pub async fn many_partitions_read_at_once_answer_as_one_by_one(s: &Subject) {
     // Every query needs a limit.
     assert!(matches!(s.store.read_many(vec![ReadQuery::new(&MIXED, [text("many1")])]).await, Err(StoreError::Invalid(_))));
 }
+
+/// A read that resumes after a key (a merge resuming each partition where
+/// it stopped): exactly the slice's rows after it, in either order, alone or
+/// many at once; a key that is not a full clustering key, or one given with
+/// a page token, is refused.
+pub async fn reads_resume_after_a_key_within_their_slice(s: &Subject) {
+    let mut writes: Vec<Write> = Vec::new();
+    for a in 0..20i64 {
+        for b in ["a", "b", "c", "d", "e"] {
+            writes.push(Upsert::new(&MIXED, [text("after"), int(a), text(b)]).set("v", "row").into());
+        }
+    }
+    for chunk in writes.chunks(50) {
+        s.store.apply(chunk.to_vec()).await.expect("write");
+    }
+    let slice = Slice::all().lower(Bound::Included(int(5))).upper(Bound::Excluded(int(15)));
+    let in_slice = |order: ReadOrder| {
+        let mut keys: Vec<(i64, String)> = (5..15i64).flat_map(|a| ["a", "b", "c", "d", "e"].map(|b| (a, b.to_owned()))).collect();
+        keys.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
+        if order == ReadOrder::Reversed {
+            keys.reverse();
+        }
+        keys
+    };
+    let mut queries = Vec::new();
+    let mut expected = Vec::new();
+    for order in [ReadOrder::Clustering, ReadOrder::Reversed] {
+        let all = in_slice(order);
+        // After a row inside the slice, at the end of a value of `a`, and after one outside it.
+        for (after, limit) in [((12, "c"), 7u32), ((9, "e"), 3), ((11, "a"), 100), ((30, "a"), 4), ((2, "z"), 4)] {
+            let query =
+                ReadQuery::new(&MIXED, [text("after")]).slice(slice.clone()).order(order).after([int(after.0), text(after.1)]).limit(limit);
+            // Whether a key comes after the position in the read's order (a DESC, b ASC, or reversed).
+            let comes_after = |k: &(i64, String)| match order {
+                ReadOrder::Clustering => k.0 < after.0 || (k.0 == after.0 && k.1.as_str() > after.1),
+                ReadOrder::Reversed => k.0 > after.0 || (k.0 == after.0 && k.1.as_str() < after.1),
+            };
+            let rest: Vec<(i64, String)> = all.iter().filter(|k| comes_after(k)).take(limit as usize).cloned().collect();
+            let alone = keys_ab(&s.store.read(&query).await.expect("read after a key").rows);
+            assert_eq!(alone, rest, "after {after:?}, {order:?}, limit {limit}");
+            queries.push(query);
+            expected.push(rest);
+        }
+    }
+    let together: Vec<Vec<(i64, String)>> =
+        s.store.read_many(queries).await.expect("read_many after keys").iter().map(|r| keys_ab(r)).collect();
+    assert_eq!(together, expected, "read_many resumes each query after its key");
+    let refused = |query: ReadQuery| async move { matches!(s.store.read(&query).await, Err(StoreError::Invalid(_))) };
+    let base = || ReadQuery::new(&MIXED, [text("after")]).limit(3);
+    assert!(refused(base().after([int(3)])).await, "a partial key");
+    assert!(refused(base().after([text("3"), text("a")])).await, "a key of the wrong types");
+    let token = s.store.read(&base()).await.expect("first page").next.expect("more pages");
+    assert!(refused(base().page_token(Some(token)).after([int(3), text("a")])).await, "a key and a page token");
+}

@@ -290,7 +290,10 @@ impl Engine for EmbeddedEngine {
     /// were no faster: measured with the graph's pull check.)
     async fn read_many(&self, queries: Vec<ReadQuery>) -> StoreResult<Vec<Vec<Row>>> {
         let now = self.options.clock.now_micros();
-        self.with_reader(move |conn| queries.iter().map(|q| query::read_rows(conn, q, None, now).map(|(rows, _)| rows)).collect()).await
+        self.with_reader(move |conn| {
+            queries.iter().map(|q| query::read_rows(conn, q, q.after.as_deref(), now).map(|(rows, _)| rows)).collect()
+        })
+        .await
     }
 
     async fn scan(&self, query: &ScanQuery) -> StoreResult<Vec<ScannedPartition>> {
@@ -352,7 +355,7 @@ mod tests {
                 let (rows, _) = query::read_rows(conn, &query, None, now).expect("read");
                 assert_eq!(rows.len(), 4, "partition P{p}");
             }
-            let sql = query::read_rows_sql(&ReadQuery::new(&EDGES, [Value::from("P0")]).limit(10), None, now);
+            let sql = query::read_rows_sql(&ReadQuery::new(&EDGES, [Value::from("P0")]).limit(10), now);
             conn.prepare_cached(&sql.text).expect("cached").get_status(StatementStatus::RePrepare)
         };
         assert_eq!(reprepares(&engine.open_reader().expect("reader")), 0, "a read compiled its statement again");

@@ -8,7 +8,7 @@ use rusqlite::{Connection, params_from_iter};
 
 use super::layout::{PID, ck_cols, exp_col, from_sql, partition_token, pk_cols, q, registry_table, regular_cols, static_cols, to_sql};
 use crate::error::StoreResult;
-use crate::ops::{Holdings, ReadOrder, ReadQuery, ScanPosition, ScanQuery, ScannedPartition, Slice};
+use crate::ops::{Holdings, ReadOrder, ReadQuery, ScanPosition, ScanQuery, ScannedPartition, Slice, slices_within_after};
 use crate::value::{Row, Value};
 
 /// SQL text with explicitly numbered parameters (`?1`, `?2`, ...), so a value
@@ -92,25 +92,6 @@ impl Sql {
             }
         }
     }
-
-    /// ` AND ...` keeping only rows after `after` in the read order (keyset paging).
-    pub fn after(&mut self, t: &TableDef, after: &[Value], order: ReadOrder) {
-        let ck = ck_cols(t);
-        let mut alternatives = Vec::new();
-        for i in 0..ck.len().min(after.len()) {
-            let mut terms = Vec::new();
-            for ((c, _), v) in ck[..i].iter().zip(after) {
-                terms.push(format!("{} = {}", q(c.name), self.bind(to_sql(v))));
-            }
-            let (c, col_order) = ck[i];
-            let forward = (col_order == Order::Asc) == (order == ReadOrder::Clustering);
-            terms.push(format!("{} {} {}", q(c.name), if forward { ">" } else { "<" }, self.bind(to_sql(&after[i]))));
-            alternatives.push(format!("({})", terms.join(" AND ")));
-        }
-        if !alternatives.is_empty() {
-            self.push(&format!(" AND ({})", alternatives.join(" OR ")));
-        }
-    }
 }
 
 /// A cell's value if it has not expired at `now` (a bound parameter), else NULL.
@@ -149,17 +130,28 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
     let partition_cells: Vec<(&'static str, Value)> = pk_cols(t).iter().map(|c| c.name).zip(query.partition.iter().cloned()).collect();
     let projected: Vec<&Column> = regular_cols(t).into_iter().filter(|c| wanted(c)).collect();
 
-    let sql = read_rows_sql(query, after, now);
-    let mut stmt = conn.prepare_cached(&sql.text)?;
-    let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+    // After a key: one plain range after another, each read by seeking,
+    // until the limit (and the one more row that says a page follows) is met.
+    let slices = match after {
+        Some(after) => slices_within_after(t, &query.slice, after, query.order),
+        None => vec![query.slice.clone()],
+    };
     let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        let mut cells = Vec::with_capacity(partition_cells.len() + ck.len() + projected.len());
-        cells.extend(partition_cells.iter().cloned());
-        for (i, c) in ck.iter().chain(projected.iter()).enumerate() {
-            cells.push((c.name, from_sql(c.ty, r.get_ref(i + 1)?)?));
+    for slice in slices {
+        let wanted = query.limit.map(|l| (l as usize + 1).saturating_sub(out.len()));
+        let Some(wanted) = wanted.map_or(Some(usize::MAX), |w| (w > 0).then_some(w)) else { break };
+        let sub = ReadQuery { slice, limit: query.limit.map(|_| (wanted - 1) as u32), ..query.clone() };
+        let sql = read_rows_sql(&sub, now);
+        let mut stmt = conn.prepare_cached(&sql.text)?;
+        let mut rows = stmt.query(params_from_iter(sql.params.iter()))?;
+        while let Some(r) = rows.next()? {
+            let mut cells = Vec::with_capacity(partition_cells.len() + ck.len() + projected.len());
+            cells.extend(partition_cells.iter().cloned());
+            for (i, c) in ck.iter().chain(projected.iter()).enumerate() {
+                cells.push((c.name, from_sql(c.ty, r.get_ref(i + 1)?)?));
+            }
+            out.push(Row::new(cells));
         }
-        out.push(Row::new(cells));
     }
     let statics: Vec<&Column> = static_cols(t).into_iter().filter(|c| wanted(c)).collect();
     let static_row = if statics.is_empty() { None } else { read_statics(conn, t, &query.partition, &statics, now)? };
@@ -169,7 +161,7 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
 /// The statement [`read_rows`] runs: its text depends only on the query's
 /// shape (table, columns, slice bounds present, limit present), the values are
 /// parameters, so one cached statement serves every partition.
-pub(crate) fn read_rows_sql(query: &ReadQuery, after: Option<&[Value]>, now: i64) -> Sql {
+pub(crate) fn read_rows_sql(query: &ReadQuery, now: i64) -> Sql {
     let t = query.table;
     let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
     let ck: Vec<&Column> = ck_cols(t).into_iter().map(|(c, _)| c).collect();
@@ -185,9 +177,6 @@ pub(crate) fn read_rows_sql(query: &ReadQuery, after: Option<&[Value]>, now: i64
     sql.push(&format!("SELECT {} FROM {} WHERE ", select.join(", "), q(t.name)));
     sql.partition_eq(t, &query.partition);
     sql.slice(t, &query.slice);
-    if let Some(after) = after {
-        sql.after(t, after, query.order);
-    }
     sql.push(&format!(" AND {}", live_condition(&regular, true, &now_p)));
     sql.push(&order_by(t, query.order));
     if let Some(limit) = query.limit {

@@ -45,7 +45,7 @@ use revstore_keys::{Domain, MAX_CLOCK_SKEW, Title, TitleRules};
 use revstore_schema::tables::dependency_graph::{DEPENDENCIES, col};
 use revstore_service::janitor_admin::Journal;
 use revstore_storage::value::decode_values;
-use revstore_storage::{Delete, ReadOrder, ReadQuery, Row, Slice, Store, Write, slices_after};
+use revstore_storage::{Delete, ReadOrder, ReadQuery, Row, ScanQuery, Slice, Store, Value, Write, slices_after};
 use tokio::sync::Semaphore;
 
 use crate::edge::{StoredEdge, dependencies_key, kind_name};
@@ -67,10 +67,16 @@ pub const READ_ROWS: u32 = 128;
 /// the worst case (rows of the largest selectors), a few MB in practice.
 pub const LISTINGS_AT_ONCE: usize = 16;
 
-/// Directory entries one listing page visits: an emptied (priority, bucket)
-/// partition costs a read that finds nothing, so past this many the page
-/// ends early with its `next`, and the janitor's graph task prunes them.
-pub const DIRECTORY_ENTRIES_PER_PAGE: usize = 256;
+/// Rows a listing of dependents may read ahead across the buckets it merges
+/// beyond its own [`READ_ROWS`], taken from a pool the graph's listings
+/// share, as far as it is free: a lone walk reads [`MERGE_ROWS_PER_LISTING`]
+/// ahead (48 rows a bucket), many at once fall back to their own READ_ROWS.
+/// With rows of the largest selectors the pool is about 270 MB, on top of
+/// [`LISTINGS_AT_ONCE`]' bound; usually a few MB.
+pub const MERGE_POOL_ROWS: usize = 2048;
+
+/// The most rows one listing of dependents reads ahead.
+pub const MERGE_ROWS_PER_LISTING: usize = 1536;
 
 /// The change rows of a page that are not a fragment's (fragment ids have no
 /// control characters, so these sort before every one of them, after `""`):
@@ -96,11 +102,18 @@ pub struct Graph {
     max_edges: usize,
     /// Turns for listings (see [`LISTINGS_AT_ONCE`]).
     listings: Arc<Semaphore>,
+    /// Rows listings of dependents read ahead beyond their own (see [`MERGE_POOL_ROWS`]).
+    merge_pool: Arc<Semaphore>,
 }
 
 impl Graph {
     pub fn new(store: Store, max_edges: usize) -> Self {
-        Graph { store, max_edges, listings: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)) }
+        Graph {
+            store,
+            max_edges,
+            listings: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)),
+            merge_pool: Arc::new(Semaphore::new(MERGE_POOL_ROWS)),
+        }
     }
 
     /// The graph's journal of changed pages: a recorded change enters its
@@ -129,6 +142,12 @@ impl Graph {
             return Err(GraphError::Invalid(format!("{name} is more than {} s in the future", MAX_CLOCK_SKEW.as_secs())));
         }
         Ok(micros)
+    }
+
+    /// Up to `wanted` rows of the merge pool, as many as are free now (never waits).
+    fn merge_rows(&self, wanted: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let free = self.merge_pool.available_permits().min(wanted);
+        (free > 0).then(|| self.merge_pool.try_acquire_many(free as u32).ok()).flatten()
     }
 
     /// A turn to list (see [`LISTINGS_AT_ONCE`]).
@@ -247,6 +266,42 @@ impl Graph {
             groups.push(stored.put(domain, child.as_str(), &[], now));
         }
         Ok(self.store.apply_grouped(groups).await?)
+    }
+
+    /// Writes every edge's row among its parent's dependents again from the
+    /// by-child table, which is the truth: the offline step that fills
+    /// `graph_parent_dependents` and `graph_parent_buckets` after an upgrade
+    /// from a layout that kept them elsewhere (`revstore-migrate
+    /// --rebuild-graph-dependents`, with the graph's writers stopped).
+    /// Idempotent; `progress` is told the edges written so far. Answers
+    /// (pages, edges).
+    pub async fn rebuild_dependents(&self, mut progress: impl FnMut(u64)) -> Result<(u64, u64), GraphError> {
+        let now = self.store.now_micros();
+        let (mut pages, mut edges) = (0u64, 0u64);
+        let mut groups = Vec::new();
+        let mut partitions = std::pin::pin!(self.store.partitions(ScanQuery::new(&DEPENDENCIES, 100)));
+        while let Some(partition) = partitions.try_next().await? {
+            let (Some(Value::Text(domain)), Some(Value::Text(child))) = (partition.key.first(), partition.key.get(1)) else {
+                return Err(GraphError::Corrupt("a graph_dependencies partition whose key does not decode".into()));
+            };
+            let domain =
+                Domain::parse(domain).map_err(|_| GraphError::Corrupt(format!("a stored domain that does not parse: {domain:?}")))?;
+            pages += 1;
+            let mut rows = std::pin::pin!(self.store.rows(ReadQuery::new(&DEPENDENCIES, partition.key.clone()).limit(READ_ROWS)));
+            while let Some(row) = rows.try_next().await? {
+                groups.push(StoredEdge::of(&row)?.put_dependent(&domain, child, &[], now));
+                edges += 1;
+                if groups.len() >= 1000 {
+                    self.store.apply_grouped(std::mem::take(&mut groups)).await?;
+                    progress(edges);
+                }
+            }
+        }
+        if !groups.is_empty() {
+            self.store.apply_grouped(groups).await?;
+        }
+        progress(edges);
+        Ok((pages, edges))
     }
 
     /// Removes a page's dependencies from both directions, holding the page.
