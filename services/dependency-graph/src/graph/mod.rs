@@ -67,16 +67,18 @@ pub const READ_ROWS: u32 = 128;
 /// the worst case (rows of the largest selectors), a few MB in practice.
 pub const LISTINGS_AT_ONCE: usize = 16;
 
-/// Rows a listing of dependents may read ahead across the buckets it merges
-/// beyond its own [`READ_ROWS`], taken from a pool the graph's listings
-/// share, as far as it is free: a lone walk reads [`MERGE_ROWS_PER_LISTING`]
-/// ahead (48 rows a bucket), many at once fall back to their own READ_ROWS.
-/// With rows of the largest selectors the pool is about 270 MB, on top of
-/// [`LISTINGS_AT_ONCE`]' bound; usually a few MB.
-pub const MERGE_POOL_ROWS: usize = 2048;
+/// Rows listings of dependents may read ahead across the buckets they merge
+/// beyond their own [`READ_ROWS`], from a pool the graph's listings share,
+/// as far as it is free: a lone walk of a large parent reads a full
+/// [`READ_ROWS`] from each of its 32 buckets at a time (on Cassandra the
+/// walk's pace follows the rows a read takes), many at once fall back to
+/// their own READ_ROWS. With every row of the largest selectors (131 KB)
+/// the pool is about 540 MB, on top of [`LISTINGS_AT_ONCE`]' bound; rows of
+/// real selectors are a few hundred bytes, the pool a few MB.
+pub const MERGE_POOL_ROWS: usize = 4096;
 
-/// The most rows one listing of dependents reads ahead.
-pub const MERGE_ROWS_PER_LISTING: usize = 1536;
+/// The most rows one listing of dependents reads ahead (READ_ROWS a bucket).
+pub const MERGE_ROWS_PER_LISTING: usize = 4096;
 
 /// The change rows of a page that are not a fragment's (fragment ids have no
 /// control characters, so these sort before every one of them, after `""`):
