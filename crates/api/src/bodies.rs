@@ -40,6 +40,42 @@ impl RenderBody {
     }
 }
 
+/// What the wiki says of a page, where a write named it: MediaWiki's page
+/// id and namespace number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PageIdentity {
+    /// MediaWiki's page id (`page_id`, `<page><id>` in an XML dump).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
+    pub id: Option<u64>,
+    /// The namespace number (`<page><ns>`): 0 for articles, 10 for templates, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = -2, maximum = 1_048_576)]
+    pub namespace: Option<i64>,
+}
+
+impl PageIdentity {
+    /// The most a namespace number may be (MediaWiki's are small integers;
+    /// extensions use up to a few thousand).
+    pub const MAX_NAMESPACE: i64 = 1 << 20;
+
+    pub fn is_empty(&self) -> bool {
+        self.id.is_none() && self.namespace.is_none()
+    }
+
+    /// A page id from 1 to 2^63-1 and a namespace from -2 to [`Self::MAX_NAMESPACE`].
+    pub fn validate(&self) -> Result<(), BodyError> {
+        if self.id.is_some_and(|id| id == 0 || id > i64::MAX as u64) {
+            return Err(BodyError("page.id must be from 1 to 2^63-1".into()));
+        }
+        if self.namespace.is_some_and(|ns| !(-2..=Self::MAX_NAMESPACE).contains(&ns)) {
+            return Err(BodyError(format!("page.namespace must be from -2 to {}", Self::MAX_NAMESPACE)));
+        }
+        Ok(())
+    }
+}
+
 /// The body of an archive write to old-store: the render's parts, each
 /// optional, plus the revision's wikitext where the caller has it (a dump
 /// import has only that).
@@ -60,6 +96,10 @@ pub struct ArchiveBody {
     /// The revision's wikitext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wikitext: Option<String>,
+    /// What the wiki says of the page (an import takes it from the XML
+    /// dump), kept per title for history dumps; not part of the render.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<PageIdentity>,
 }
 
 impl ArchiveBody {
@@ -71,7 +111,8 @@ impl ArchiveBody {
             return Err(BodyError("html is empty".into()));
         }
         must_be_an_object("data-parsoid", self.data_parsoid.as_ref())?;
-        must_be_an_object("section-offsets", self.section_offsets.as_ref())
+        must_be_an_object("section-offsets", self.section_offsets.as_ref())?;
+        self.page.as_ref().map_or(Ok(()), PageIdentity::validate)
     }
 }
 
@@ -82,6 +123,7 @@ impl From<RenderBody> for ArchiveBody {
             data_parsoid: Some(body.data_parsoid),
             section_offsets: Some(body.section_offsets),
             wikitext: None,
+            page: None,
         }
     }
 }

@@ -15,7 +15,7 @@ mod notice;
 mod parts;
 pub mod paths;
 
-pub use bodies::{ArchiveBody, ArchivedRevision, BodyError, Bundle, RenderBody, RevisionList};
+pub use bodies::{ArchiveBody, ArchivedRevision, BodyError, Bundle, PageIdentity, RenderBody, RevisionList};
 pub use notice::{ChangeKind, ChangeNotice};
 pub use parts::{DATA_PARSOID_PROFILE, HTML_PROFILE, JSON_CONTENT_TYPE, Part, Selection};
 

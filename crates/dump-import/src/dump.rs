@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use quick_xml::events::Event;
+use revstore_api::PageIdentity;
 
 /// One revision of the dump.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub struct Revision {
     pub title: String,
     pub rev_id: u64,
     pub timestamp: SystemTime,
+    /// The page's id and namespace number (`<page><id>`, `<ns>`), where the dump gives them.
+    pub page: PageIdentity,
     /// `None` when the dump hides the text (deleted or suppressed revisions).
     pub text: Option<String>,
 }
@@ -219,6 +222,8 @@ impl<R: Read, F: FnMut(u64)> Read for Counted<R, F> {
 enum Field {
     Base,
     Title,
+    PageId,
+    Namespace,
     RevId,
     Timestamp,
     Text,
@@ -289,6 +294,7 @@ pub fn parse<R: Read>(
     let mut field_started = 0u64;
     let mut text = String::new();
     let mut title = String::new();
+    let mut page = PageIdentity::default();
     let mut title_problem: Option<String> = None;
     let mut text_cut = false;
     let mut root_seen = false;
@@ -324,6 +330,8 @@ pub fn parse<R: Read>(
                 field = match (parent, name.as_slice()) {
                     (Some(b"siteinfo"), b"base") => Field::Base,
                     (Some(b"page"), b"title") => Field::Title,
+                    (Some(b"page"), b"id") => Field::PageId,
+                    (Some(b"page"), b"ns") => Field::Namespace,
                     (Some(b"revision"), b"id") => Field::RevId,
                     (Some(b"revision"), b"timestamp") => Field::Timestamp,
                     (Some(b"revision"), b"text") => Field::Text,
@@ -336,6 +344,7 @@ pub fn parse<R: Read>(
                 if name.as_slice() == b"page" {
                     title.clear();
                     title_problem = None;
+                    page = PageIdentity::default();
                     info.pages += 1;
                 }
                 text.clear();
@@ -374,6 +383,11 @@ pub fn parse<R: Read>(
                         }
                     }
                     (Field::RevId, b"id") => rev_id = Some(std::mem::take(&mut text)),
+                    // An id or namespace that is not a number is left out, not fatal: the revision stands without it.
+                    (Field::PageId, b"id") => page.id = text.trim().parse::<u64>().ok().filter(|&id| id > 0 && id <= i64::MAX as u64),
+                    (Field::Namespace, b"ns") => {
+                        page.namespace = text.trim().parse::<i64>().ok().filter(|ns| (-2..=PageIdentity::MAX_NAMESPACE).contains(ns))
+                    }
                     (Field::Timestamp, b"timestamp") => timestamp = Some(std::mem::take(&mut text)),
                     (Field::Text, b"text") => {
                         text_cut = cut;
@@ -400,7 +414,9 @@ pub fn parse<R: Read>(
                         (_, None) => {
                             Err(skip(format!("no ISO 8601 timestamp (it has {:?})", shown(timestamp.as_deref().unwrap_or_default()))))
                         }
-                        (Some(rev_id), Some(timestamp)) => Ok(Revision { title: title.clone(), rev_id, timestamp, text: rev_text.take() }),
+                        (Some(rev_id), Some(timestamp)) => {
+                            Ok(Revision { title: title.clone(), rev_id, timestamp, page, text: rev_text.take() })
+                        }
                     };
                     if item.is_err() {
                         info.skipped += 1;
@@ -474,6 +490,8 @@ mod tests {
         assert_eq!(seen[1].text, None, "hidden text");
         assert_eq!(seen[2].text.as_deref(), Some(""), "empty text");
         assert_eq!((seen[3].title.as_str(), seen[3].rev_id), ("Talk:X", 20));
+        assert_eq!(seen[0].page, PageIdentity { id: Some(1), namespace: Some(0) });
+        assert_eq!(seen[3].page, PageIdentity { id: Some(2), namespace: Some(1) });
     }
 
     #[test]

@@ -247,7 +247,7 @@ async fn writer(
                 continue;
             }
         };
-        let Revision { title, rev_id, timestamp, text } = revision;
+        let Revision { title, rev_id, timestamp, page, text } = revision;
         let Some(text) = text else {
             summary.hidden.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -255,7 +255,11 @@ async fn writer(
         summary.text_bytes.fetch_add(text.len() as u64, Ordering::Relaxed);
         let title = title.replace(' ', "_");
         let result = match mode {
-            Mode::Import => archive(&client, &domain, &title, rev_id, timestamp, text, &summary).await,
+            Mode::Import => {
+                // The page's id and namespace go with every revision: old-store keeps them per title for dumps.
+                let body = ArchiveBody { wikitext: Some(text), page: (!page.is_empty()).then_some(page), ..ArchiveBody::default() };
+                archive(&client, &domain, &title, rev_id, timestamp, &body, &summary).await
+            }
             Mode::Verify => verify(&client, &domain, &title, rev_id, &text, &summary).await,
         };
         if let Err(e) = result {
@@ -271,14 +275,13 @@ async fn archive(
     title: &str,
     rev_id: u64,
     timestamp: std::time::SystemTime,
-    text: String,
+    body: &ArchiveBody,
     summary: &ImportSummary,
 ) -> Result<(), ClientError> {
     // The render time is the revision's time: importing the dump again finds
     // the same (rev, tid) and changes nothing.
     let tid = Tid::min_at(timestamp);
-    let body = ArchiveBody { wikitext: Some(text), ..ArchiveBody::default() };
-    let counter = match client.archive(domain, title, rev_id, &tid.to_string(), &body).await? {
+    let counter = match client.archive(domain, title, rev_id, &tid.to_string(), body).await? {
         Archived::Created => &summary.stored,
         Archived::Unchanged => &summary.already,
     };

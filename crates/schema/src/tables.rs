@@ -18,6 +18,20 @@ const TITLE_INDEX: [C; 5] = [
     C::regular("since", Timestamp),
 ];
 
+/// old-store's title index: [`TITLE_INDEX`] and what the wiki says of the
+/// page (MediaWiki's page id and namespace number), when an archive write
+/// carried it (an import from an XML dump does); read by history dumps in
+/// the Enterprise layout.
+const ARCHIVE_TITLE_INDEX: [C; 7] = [
+    TITLE_INDEX[0],
+    TITLE_INDEX[1],
+    TITLE_INDEX[2],
+    TITLE_INDEX[3],
+    TITLE_INDEX[4],
+    C::regular("page_id", BigInt),
+    C::regular("namespace", BigInt),
+];
+
 /// Schema bookkeeping shared by all services: which version each one applied.
 pub mod meta {
     use super::*;
@@ -305,10 +319,11 @@ pub mod old_store {
     /// partition, for history dumps: as current-store's
     /// `domain_pages`, 256 buckets by the token's top byte. Written when a
     /// title's first render is archived (and by the janitor's sweep for
-    /// titles archived before); `since` is the time of that render.
+    /// titles archived before); `since` is the time of that render;
+    /// `page_id` and `namespace` by every archive write that names them.
     pub static ARCHIVE_TITLES: TableDef = TableDef {
         name: "archive_titles",
-        columns: &TITLE_INDEX,
+        columns: &ARCHIVE_TITLE_INDEX,
         default_ttl: None,
         compaction: Compaction::Leveled,
         comment: "the archived titles of each domain in partition-token order, for dumps",

@@ -65,7 +65,12 @@ pub static CURRENT_STORE: Component = Component { name: "current-store", version
 // old-store 3: `archive_blocks` compacts leveled (size-tiered kept rows a
 // block's seal had deleted on disk). Options only: version 2's code works on
 // it.
-pub static OLD_STORE: Component = Component { name: "old-store", version: 3, compatible_from: 2, tables: &old_store::TABLES };
+//
+// old-store 4: `archive_titles` keeps the page id and namespace number an
+// archive write names (an import takes them from the XML dump), for history
+// dumps in the Enterprise layout. Additive: version 3's code neither reads
+// nor writes them.
+pub static OLD_STORE: Component = Component { name: "old-store", version: 4, compatible_from: 2, tables: &old_store::TABLES };
 //
 // dependency-graph 2: a parent's dependents in `graph_parent_dependents`,
 // partitioned by bucket alone and clustered by (priority descending, child),
@@ -100,7 +105,7 @@ mod tests {
     /// to a component's tables must come with a new version and a new line here.
     const EXPECTED_FINGERPRINTS: [(&str, u32, &str); 4] = [
         ("current-store", 2, "6632f698a4e35df9"),
-        ("old-store", 3, "cc0874637b8c7e30"),
+        ("old-store", 4, "708bd2cac657ff45"),
         ("dependency-graph", 2, "220a19126096aaf9"),
         ("janitor", 2, "a3cc7d4db6c7255b"),
     ];

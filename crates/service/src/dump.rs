@@ -8,7 +8,8 @@
 //! token of the indexed (domain, title) partition and `bucket` its top byte,
 //! so a domain's titles spread over 256 partitions in token order, and slice
 //! K of N — the K-th of N equal token ranges — reads only the buckets its
-//! range covers, of its own domain.
+//! range covers, of its own domain. An index may also keep what the wiki
+//! says of each page ([`PageIdentity`]: `page_id`, `namespace`).
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -18,6 +19,8 @@ use futures_util::{Stream, TryStreamExt};
 use revstore_keys::{Domain, Tid, Title, composite_key_bytes, murmur3_token};
 use revstore_storage::value::{decode_values, encode_values};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, StoreError, TableDef, TokenRange, Upsert, Value};
+
+pub use revstore_api::PageIdentity;
 
 use crate::ApiError;
 
@@ -35,6 +38,8 @@ pub mod col {
     pub const TOKEN: &str = "token";
     pub const TITLE: &str = "title";
     pub const SINCE: &str = "since";
+    pub const PAGE_ID: &str = "page_id";
+    pub const NAMESPACE: &str = "namespace";
 }
 
 /// The token of a (domain, title) partition (Murmur3, as Cassandra's).
@@ -82,12 +87,16 @@ impl std::fmt::Display for DumpSlice {
 pub struct IndexedTitle {
     pub token: i64,
     pub title: String,
+    /// What the index keeps of the page (an index that keeps none: empty).
+    pub page: PageIdentity,
 }
 
 /// A table indexing a domain's (domain, title) partitions for dumps.
 #[derive(Debug, Clone, Copy)]
 pub struct TitleIndex {
     pub table: &'static TableDef,
+    /// Whether the table has the [`PageIdentity`] columns.
+    pub identities: bool,
 }
 
 impl TitleIndex {
@@ -101,6 +110,47 @@ impl TitleIndex {
         )
         .set(col::SINCE, Value::Timestamp(at.unix_micros() / 1000))
         .timestamp(at.unix_micros())
+    }
+
+    /// What a write says of a title's page, set on its index row (a row
+    /// with no `since` yet is entered by the title's first render), timestamped
+    /// like that write: the newest render's word stands.
+    pub fn identity(&self, domain: &Domain, title: &Title, page: PageIdentity, at: Tid) -> Option<Upsert> {
+        if !self.identities || page.is_empty() {
+            return None;
+        }
+        let token = partition_token(domain, title);
+        let mut row = Upsert::new(
+            self.table,
+            [Value::from(domain.as_str()), Value::from(bucket_of(token)), Value::from(token), Value::from(title.as_str())],
+        );
+        if let Some(id) = page.id {
+            row = row.set(col::PAGE_ID, Value::from(id as i64));
+        }
+        if let Some(namespace) = page.namespace {
+            row = row.set(col::NAMESPACE, Value::from(namespace));
+        }
+        Some(row.timestamp(at.unix_micros()))
+    }
+
+    /// What the index keeps of one title's page.
+    pub async fn identity_of(&self, store: &Store, domain: &Domain, title: &str) -> Result<PageIdentity, StoreError> {
+        if !self.identities {
+            return Ok(PageIdentity::default());
+        }
+        let token = murmur3_token(&composite_key_bytes(&[domain.as_str().as_bytes(), title.as_bytes()]));
+        let query = ReadQuery::new(self.table, [Value::from(domain.as_str()), Value::from(bucket_of(token))])
+            .slice(Slice::prefix([Value::from(token), Value::from(title)]))
+            .columns([col::PAGE_ID, col::NAMESPACE])
+            .limit(1);
+        Ok(store.read(&query).await?.rows.first().map(identity).unwrap_or_default())
+    }
+
+    fn columns(&self) -> &'static [&'static str] {
+        match self.identities {
+            true => &[col::SINCE, col::PAGE_ID, col::NAMESPACE],
+            false => &[col::SINCE],
+        }
     }
 
     /// The removal of a title's index row, timestamped `at` (microseconds).
@@ -122,7 +172,10 @@ impl TitleIndex {
         let range = slice.range();
         let domain = Value::from(domain.as_str());
         let in_bucket = |bucket: i64, slice: Slice| {
-            ReadQuery::new(self.table, [domain.clone(), Value::from(bucket)]).slice(slice).columns([col::SINCE]).limit(INDEX_PAGE)
+            ReadQuery::new(self.table, [domain.clone(), Value::from(bucket)])
+                .slice(slice)
+                .columns(self.columns().iter().copied())
+                .limit(INDEX_PAGE)
         };
         let mut reads = VecDeque::new();
         let after_token = match after {
@@ -171,9 +224,13 @@ impl TitleIndex {
 
 fn indexed(row: &Row) -> Result<IndexedTitle, StoreError> {
     match (row.bigint(col::TOKEN), row.text(col::TITLE)) {
-        (Some(token), Some(title)) => Ok(IndexedTitle { token, title: title.to_owned() }),
+        (Some(token), Some(title)) => Ok(IndexedTitle { token, title: title.to_owned(), page: identity(row) }),
         _ => Err(StoreError::Corrupt("a title index row without token or title".into())),
     }
+}
+
+fn identity(row: &Row) -> PageIdentity {
+    PageIdentity { id: row.bigint(col::PAGE_ID).and_then(|id| u64::try_from(id).ok()), namespace: row.bigint(col::NAMESPACE) }
 }
 
 /// Resume cursors of one kind of dump (`"current"`, `"history"`): a position
@@ -200,7 +257,7 @@ impl DumpCursors {
         let mut values = decode_values(&bytes)?.into_iter();
         match (values.next(), values.next()) {
             (Some(Value::BigInt(token)), Some(Value::Text(title))) if slice.range().contains(token) => {
-                Ok((IndexedTitle { token, title }, values.collect()))
+                Ok((IndexedTitle { token, title, page: PageIdentity::default() }, values.collect()))
             }
             _ => Err(StoreError::invalid("cursor does not name a title of this slice")),
         }

@@ -278,5 +278,6 @@ fn archive_body(row: &Row) -> Result<ArchiveBody, SweepError> {
         data_parsoid: json(col::DATA_PARSOID)?,
         section_offsets: json(col::SECTION_OFFSETS)?,
         wikitext: None,
+        page: None,
     })
 }

@@ -41,7 +41,7 @@ use crate::render::{RenderBody, RenderId, StoredParts};
 /// `domain_pages`, the index of each domain's pages that dumps walk: a row
 /// is written with a page's first render, timestamped with it, and removed
 /// by the page's deletion (timestamped after its newest render).
-pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES };
+pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES, identities: false };
 
 /// current-store's journal of changed pages: every render write records its
 /// page, so that the janitor's routine run visits only the pages written

@@ -137,6 +137,7 @@ fn serve_part(found: &Found, selection: Selection, request: &HeaderMap, cache_co
                 data_parsoid: Some(json(Part::DataParsoid)?),
                 section_offsets: Some(json(Part::SectionOffsets)?),
                 wikitext: None,
+                page: None,
             };
             serde_json::to_vec(&Bundle { rev: found.id.rev.get(), tid: found.id.tid.to_string(), parts }).map_err(ApiError::internal)?
         }

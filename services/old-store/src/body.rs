@@ -81,6 +81,7 @@ pub fn bundle(rev: u64, tid: &str, parts: &StoredParts<'_>) -> Result<Bundle, St
         data_parsoid: json(Part::DataParsoid)?,
         section_offsets: json(Part::SectionOffsets)?,
         wikitext: text(Part::Wikitext)?,
+        page: None,
     };
     Ok(Bundle { rev, tid: tid.to_owned(), parts })
 }
@@ -101,6 +102,7 @@ mod tests {
             data_parsoid: Some(serde_json::json!({"ids": {}})),
             section_offsets: Some(serde_json::json!({})),
             wikitext: Some("''x''".into()),
+            page: None,
         };
         let only_wikitext = ArchiveBody { wikitext: Some("text".into()), ..Default::default() };
         for body in [full, only_wikitext] {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use revstore_keys::{Domain, FirstLetterCase, Tid, Title, TitleRules};
-use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, json_line, with_end_line};
+use revstore_service::dump::{DumpCursors, DumpPacer, DumpSlice, IndexedTitle, PageIdentity, json_line, with_end_line};
 use revstore_storage::{Store, Value};
 use serde::Serialize;
 
@@ -73,6 +73,11 @@ struct Line<'a> {
     title: &'a str,
     rev: u64,
     tid: String,
+    /// What an archive write said of the page (MediaWiki's page id and namespace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    page_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     html: Option<&'a str>,
     #[serde(rename = "data-parsoid", skip_serializing_if = "Option::is_none")]
@@ -154,6 +159,11 @@ impl HistoryDump {
             let title = Title::parse(&indexed.title, TitleRules { first_letter: FirstLetterCase::Sensitive })
                 .map_err(|e| ArchiveError::internal(format!("indexed title: {e}")))?;
             let hidden: HashSet<u64> = archive.suppressed_revisions(&self.domain, &title).await?.into_iter().collect();
+            // A title resumed from a cursor was not read from the index: its page is looked up.
+            let page = match after {
+                Some(_) => TITLE_INDEX.identity_of(archive.store(), &self.domain, &indexed.title).await?,
+                None => indexed.page,
+            };
             let entries = archive.history(&self.domain, &title, after).try_filter(move |e| std::future::ready(!hidden.contains(&e.rev)));
             let store = archive.store().clone();
             Ok::<_, ArchiveError>(entries.and_then(move |entry| {
@@ -161,7 +171,7 @@ impl HistoryDump {
                 async move {
                     pacer.wait_turn().await;
                     let cursor = dump.seal(&store, &indexed, &entry);
-                    let line = dump.line(&indexed.title, &entry, &cursor)?;
+                    let line = dump.line(&indexed.title, page, &entry, &cursor)?;
                     Ok((cursor, line))
                 }
             }))
@@ -169,7 +179,7 @@ impl HistoryDump {
         .try_flatten()
     }
 
-    fn line(&self, title: &str, entry: &DecodedEntry, cursor: &str) -> Result<Vec<u8>, ArchiveError> {
+    fn line(&self, title: &str, page: PageIdentity, entry: &DecodedEntry, cursor: &str) -> Result<Vec<u8>, ArchiveError> {
         let parts = StoredParts::parse(&entry.content).map_err(ArchiveError::internal)?;
         let wanted = |part: Part| parts.get(part).filter(|_| self.parts.wants(part));
         let text = |part: Part| {
@@ -188,6 +198,8 @@ impl HistoryDump {
             title,
             rev: entry.rev,
             tid: entry.tid.to_string(),
+            page_id: page.id,
+            namespace: page.namespace,
             html: text(Part::Html)?,
             data_parsoid: json(Part::DataParsoid)?,
             section_offsets: json(Part::SectionOffsets)?,

@@ -123,6 +123,9 @@ async fn put_render(
     crate::body::check(&body)?;
     tid.check_render_time(state.archive.store().now())?;
     let outcome = state.archive.archive(&domain, &title, rev, tid, block_entry(&body)).await?;
+    if let (ArchiveOutcome::Stored | ArchiveOutcome::AlreadyStored, Some(page)) = (&outcome, body.page) {
+        state.archive.note_page(&domain, &title, page, tid).await?;
+    }
     let (status, outcome, reason) = match outcome {
         ArchiveOutcome::Stored => (StatusCode::CREATED, "stored", None),
         ArchiveOutcome::AlreadyStored => (StatusCode::OK, "stored", None),

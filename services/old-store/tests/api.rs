@@ -166,6 +166,13 @@ async fn bad_input_is_refused_and_writes_nothing(engine: Engine) {
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "data-parsoid": [1] }).to_string().into(), 400),
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "extra": 1 }).to_string().into(), 400),
         (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": 5 }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "id": 0 } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "id": -1 } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "id": 9_223_372_036_854_775_808u64 } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "id": "12" } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "namespace": 2_000_000 } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "namespace": -3 } }).to_string().into(), 400),
+        (format!("{ARCHIVE}/T/1/{tid}"), json!({ "html": "x", "page": { "title": "T" } }).to_string().into(), 400),
         (
             format!("{ARCHIVE}/T/1/{}", Tid::min_at(std::time::SystemTime::now() + std::time::Duration::from_secs(86_400))),
             ok.to_string().into(),

@@ -208,7 +208,71 @@ async fn archives_during_a_dump_never_tear_a_line(engine: Engine) {
     assert_eq!(histories.len(), 8);
 }
 
+/// What archive writes say of a page (its MediaWiki page id and namespace)
+/// goes out with each of its lines, the newest render's word standing,
+/// also for a title resumed from a cursor.
+async fn history_lines_name_the_page_as_its_newest_render_did(engine: Engine) {
+    let s = start_on(engine, |s| s.own.dump_revisions_per_second = 0).await;
+    let tids = TidGenerator::new();
+    let at = |minutes_ago: u64| tids.next_at(std::time::SystemTime::now() - std::time::Duration::from_secs(60 * minutes_ago));
+    let put = async |title: &str, rev: u64, tid: Tid, page: Value| {
+        let body = json!({ "wikitext": format!("{title} r{rev}"), "page": page });
+        let url = s.url(&format!("/{EN}/v1/archive/{title}/{rev}/{tid}"));
+        client().put(url).bearer_auth(TOKEN).json(&body).send().await.expect("send").status().as_u16()
+    };
+    assert_eq!(put("Wikipedia:About", 10, at(30), json!({ "id": 7, "namespace": 4 })).await, 201);
+    // The page deleted and created again under its title: a new id, from a newer render.
+    assert_eq!(put("Wikipedia:About", 20, at(20), json!({ "id": 9, "namespace": 4 })).await, 201);
+    // A render archived late (older than the newest) does not take the page back.
+    assert_eq!(put("Wikipedia:About", 5, at(40), json!({ "id": 3 })).await, 201);
+    // Said again with an archived render (an import run again): 200, and kept.
+    let talk = at(30);
+    assert_eq!(put("Talk:Anarchism", 1, talk, json!({})).await, 201);
+    assert_eq!(put("Talk:Anarchism", 1, talk, json!({ "id": 12, "namespace": 1 })).await, 200);
+    let plain = client()
+        .put(s.url(&format!("/{EN}/v1/archive/Unnamed/1/{}", at(10))))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "wikitext": "no page said" }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(plain.status(), 201);
+
+    let named = |lines: &[Value]| -> BTreeMap<(String, u64), (Value, Value)> {
+        lines
+            .iter()
+            .map(|l| {
+                let key = (l["title"].as_str().expect("title").to_owned(), l["rev"].as_u64().expect("rev"));
+                (key, (l.get("page_id").cloned().unwrap_or(Value::Null), l.get("namespace").cloned().unwrap_or(Value::Null)))
+            })
+            .collect()
+    };
+    let (whole, _) = dump(&s, EN, "parts=wikitext").await;
+    let expected: BTreeMap<(String, u64), (Value, Value)> = [
+        (("Talk:Anarchism".to_owned(), 1), (json!(12), json!(1))),
+        (("Unnamed".to_owned(), 1), (Value::Null, Value::Null)),
+        (("Wikipedia:About".to_owned(), 5), (json!(9), json!(4))),
+        (("Wikipedia:About".to_owned(), 10), (json!(9), json!(4))),
+        (("Wikipedia:About".to_owned(), 20), (json!(9), json!(4))),
+    ]
+    .into();
+    assert_eq!(named(&whole), expected);
+    // One line a response: every title resumed from a cursor says the same.
+    let (mut paged, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let query = after.as_ref().map_or("limit=1".to_owned(), |c| format!("limit=1&after={c}"));
+        let (lines, end) = dump(&s, EN, &query).await;
+        paged.extend(lines);
+        if end["done"] == true {
+            break;
+        }
+        after = Some(end["cursor"].as_str().expect("cursor").to_owned());
+    }
+    assert_eq!(named(&paged), expected);
+}
+
 revstore_test_service::on_both_engines!(
+    history_lines_name_the_page_as_its_newest_render_did,
     a_history_dump_holds_every_revision_once_in_order,
     bad_dump_requests_are_refused,
     archives_during_a_dump_never_tear_a_line,

@@ -20,6 +20,11 @@
 //! shard its lines, bytes of NDJSON, bytes on disk and SHA-256) and a
 //! summary line.
 //!
+//! `--format enterprise` also packs the complete shards into the layout of
+//! the Wikimedia Enterprise HTML dumps (`crate::enterprise`): per namespace a
+//! `<dbname>-NS<n>-<date>-ENTERPRISE-HTML.json.tar.gz` of article objects,
+//! listed in the manifest.
+//!
 //! Exit status: 0 when every shard is complete; 1 when some could not be;
 //! 64 on bad arguments (or shards of another run in the way without `--resume`).
 
@@ -56,9 +61,21 @@ pub struct DumpArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub parallel: u32,
 
-    /// Parts of each line: html, data-parsoid, section-offsets, wikitext (history only), comma-separated, or all.
-    #[arg(long, default_value = "html")]
-    pub parts: String,
+    /// Parts of each line: html, data-parsoid, section-offsets, wikitext (history only), comma-separated, or all [default: html; with --format enterprise, html,wikitext for --history].
+    #[arg(long)]
+    pub parts: Option<String>,
+
+    /// What is written: ndjson, the NDJSON shards; enterprise, also the Enterprise layout (per namespace a .json.tar.gz of articles, built from the shards).
+    #[arg(long, value_enum, default_value_t = Format::Ndjson, hide_possible_values = true)]
+    pub format: Format,
+
+    /// The wiki's database name in Enterprise articles and file names (default: from the domain, en.wikipedia.org: enwiki).
+    #[arg(long)]
+    pub dbname: Option<String>,
+
+    /// The wiki's language code in Enterprise articles (default: from the domain, en.wikipedia.org: en).
+    #[arg(long)]
+    pub language: Option<String>,
 
     /// Continue the dump of the same domain, date and --parallel from its checkpoints.
     #[arg(long)]
@@ -85,7 +102,25 @@ pub struct DumpArgs {
     pub checkpoint_every: u64,
 }
 
+/// The layouts `revstore dump` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// zstd-compressed NDJSON shards, one per slice.
+    Ndjson,
+    /// The shards, then per namespace a tarball in the Wikimedia Enterprise HTML dump layout.
+    Enterprise,
+}
+
 impl DumpArgs {
+    /// The parts each line asks for.
+    fn parts(&self) -> String {
+        match (&self.parts, self.format, self.history) {
+            (Some(parts), _, _) => parts.clone(),
+            (None, Format::Enterprise, true) => "html,wikitext".to_owned(),
+            (None, _, _) => "html".to_owned(),
+        }
+    }
+
     /// `current` or `history`, the service that serves it, and its dump URL.
     fn kind(&self) -> (&'static str, &'static str, String) {
         match self.history {
@@ -132,6 +167,17 @@ struct Manifest {
     raw_bytes: u64,
     bytes: u64,
     shards: Vec<ManifestShard>,
+    /// With `--format enterprise`: the tarballs, one per namespace.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    enterprise: Vec<ManifestTarball>,
+}
+
+#[derive(Debug, Serialize)]
+struct ManifestTarball {
+    #[serde(flatten)]
+    tarball: crate::enterprise::Tarball,
+    bytes: u64,
+    sha256: String,
 }
 
 /// A line of the service's dump stream, read for its cursor or end only.
@@ -176,6 +222,13 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
         Some(d) => return Err(DumpError::Usage(format!("--date {d:?} is not YYYYMMDD"))),
         None => revstore_keys::rfc3339(std::time::SystemTime::now())[..10].replace('-', ""),
     };
+    let wiki = match args.format {
+        Format::Enterprise => {
+            Some(crate::enterprise::Wiki::of(&args.domain, args.dbname.as_deref(), args.language.as_deref()).map_err(DumpError::Usage)?)
+        }
+        Format::Ndjson => None,
+    };
+    let parts = args.parts();
     let token = match &args.read_token_file {
         Some(path) => Some(revstore_client::tokens::read_peer_token(path, "read token").map_err(|e| DumpError::Usage(e.to_string()))?),
         None => None,
@@ -205,7 +258,7 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
             slice: format!("{k}/{}", args.parallel),
             url: url.clone(),
             service,
-            parts: args.parts.clone(),
+            parts: parts.clone(),
             token: token.clone(),
             checkpoint_every: args.checkpoint_every,
         };
@@ -238,16 +291,38 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
             sha256,
         });
     }
+    let enterprise = match wiki {
+        Some(wiki) => {
+            let packaging = crate::enterprise::Packaging {
+                wiki: &wiki,
+                out: &args.out,
+                date: &date,
+                kind,
+                shards: (0..args.parallel).map(|k| args.out.join(shard_name(k))).collect(),
+            };
+            let tarballs =
+                tokio::task::block_in_place(|| packaging.write()).map_err(|e| DumpError::Failed(format!("the Enterprise layout: {e}")))?;
+            let mut listed = Vec::with_capacity(tarballs.len());
+            for tarball in tarballs {
+                let path = args.out.join(&tarball.file);
+                let (bytes, sha256) = digest(&path).map_err(|e| DumpError::Failed(format!("{}: {e}", path.display())))?;
+                listed.push(ManifestTarball { tarball, bytes, sha256 });
+            }
+            listed
+        }
+        None => Vec::new(),
+    };
     let manifest = Manifest {
         domain: args.domain.clone(),
         date,
         kind,
-        parts: args.parts.clone(),
+        parts,
         slices: args.parallel,
         lines: shards.iter().map(|s| s.lines).sum(),
         raw_bytes: shards.iter().map(|s| s.raw_bytes).sum(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
         shards,
+        enterprise,
     };
     let manifest_path = args.out.join(format!("{base}-manifest.json"));
     write_atomically(&manifest_path, &serde_json::to_vec_pretty(&manifest).unwrap_or_default()).map_err(DumpError::Failed)?;
@@ -258,8 +333,16 @@ async fn dump(args: &DumpArgs) -> Result<String, DumpError> {
         (_, true) => "page",
         (_, false) => "pages",
     };
+    let tarballs = match manifest.enterprise.len() {
+        0 => String::new(),
+        n => format!(
+            ", and {n} Enterprise tarball{} ({:.1} MB)",
+            if n == 1 { "" } else { "s" },
+            manifest.enterprise.iter().map(|t| t.bytes).sum::<u64>() as f64 / 1e6
+        ),
+    };
     Ok(format!(
-        "dumped {} {noun} of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed, in {seconds:.1} s ({:.0} lines/s this run); manifest {}",
+        "dumped {} {noun} of {} in {} shards: {:.1} MB of NDJSON, {:.1} MB compressed{tarballs}, in {seconds:.1} s ({:.0} lines/s this run); manifest {}",
         manifest.lines,
         manifest.domain,
         manifest.slices,

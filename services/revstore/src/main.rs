@@ -27,6 +27,7 @@
 //! (`revstore_storage::embedded::backup`).
 
 mod dump;
+mod enterprise;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -60,7 +60,7 @@ use crate::queue::CompactionQueue;
 
 /// `archive_titles`, the index of each domain's archived titles that
 /// history dumps walk.
-pub(crate) const TITLE_INDEX: TitleIndex = TitleIndex { table: &ARCHIVE_TITLES };
+pub(crate) const TITLE_INDEX: TitleIndex = TitleIndex { table: &ARCHIVE_TITLES, identities: true };
 
 /// Which renders of a title are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use revstore_api::PageIdentity;
 use revstore_codecs::encode_chained;
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
@@ -89,6 +90,17 @@ impl Archive {
             return Ok(ArchiveOutcome::Stored);
         }
         Err(ArchiveError::Contended)
+    }
+
+    /// Keeps what an archive write says of the title's page (its page id and
+    /// namespace) on the title's index row, timestamped like the render: the
+    /// word of the newest render stands (a page deleted and created again
+    /// under its title has a new id).
+    pub async fn note_page(&self, domain: &Domain, title: &Title, page: PageIdentity, tid: Tid) -> Result<(), ArchiveError> {
+        if let Some(row) = super::TITLE_INDEX.identity(domain, title, page, tid) {
+            self.inner.store.write(row).await?;
+        }
+        Ok(())
     }
 
     /// The statics of a title's `archive_meta` partition, by a block key of the title.
