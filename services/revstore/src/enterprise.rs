@@ -57,11 +57,14 @@ const LANGUAGE_PROJECTS: [(&str, &str); 8] = [
 impl Wiki {
     /// The wiki of `domain`: `<lang>.<project>.org` as Wikimedia names its
     /// databases (`zh-min-nan.wikipedia.org`: `zh_min_nanwiki`, language
-    /// `zh-min-nan`); any other domain: its labels joined by `_`, language
-    /// `en`. `dbname` and `language` replace what is derived.
+    /// `zh-min-nan`; `commons.wikimedia.org`: `commonswiki`;
+    /// `www.wikidata.org`: `wikidatawiki`); any other domain: its labels
+    /// joined by `_`, language `en`. `dbname` and `language` replace what is derived.
     pub fn of(domain: &str, dbname: Option<&str>, language: Option<&str>) -> Result<Wiki, String> {
         let labels: Vec<&str> = domain.split('.').collect();
         let (derived_db, derived_language) = match labels.as_slice() {
+            // www.wikidata.org: wikidatawiki; www.mediawiki.org: mediawikiwiki.
+            ["www", project, "org"] => (format!("{}wiki", project.replace('-', "_")), "en".to_owned()),
             [language, project, "org"] => match LANGUAGE_PROJECTS.iter().find(|(p, _)| p == project) {
                 Some((_, suffix)) => (format!("{}{suffix}", language.replace('-', "_")), (*language).to_owned()),
                 None => (format!("{language}wiki"), "en".to_owned()),
@@ -351,6 +354,7 @@ mod tests {
         assert_eq!(wiki("zh-min-nan.wikipedia.org"), Ok(("zh_min_nanwiki".into(), "zh-min-nan".into())));
         assert_eq!(wiki("fr.wiktionary.org"), Ok(("frwiktionary".into(), "fr".into())));
         assert_eq!(wiki("commons.wikimedia.org"), Ok(("commonswiki".into(), "en".into())));
+        assert_eq!(wiki("www.wikidata.org"), Ok(("wikidatawiki".into(), "en".into())));
         assert_eq!(wiki("docs.example-wiki.net"), Ok(("docs_example_wiki_net".into(), "en".into())));
         assert_eq!(
             Wiki::of("en.wikipedia.org", Some("mywiki"), Some("de")).map(|w| (w.dbname, w.language)),
