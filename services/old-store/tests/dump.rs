@@ -213,8 +213,10 @@ async fn archives_during_a_dump_never_tear_a_line(engine: Engine) {
 /// also for a title resumed from a cursor.
 async fn history_lines_name_the_page_as_its_newest_render_did(engine: Engine) {
     let s = start_on(engine, |s| s.own.dump_revisions_per_second = 0).await;
-    let tids = TidGenerator::new();
-    let at = |minutes_ago: u64| tids.next_at(std::time::SystemTime::now() - std::time::Duration::from_secs(60 * minutes_ago));
+    // Tids at the times stated: a generator of its own for each, since one
+    // generator never hands out a tid older than its last.
+    let at =
+        |minutes_ago: u64| TidGenerator::new().next_at(std::time::SystemTime::now() - std::time::Duration::from_secs(60 * minutes_ago));
     let put = async |title: &str, rev: u64, tid: Tid, page: Value| {
         let body = json!({ "wikitext": format!("{title} r{rev}"), "page": page });
         let url = s.url(&format!("/{EN}/v1/archive/{title}/{rev}/{tid}"));
