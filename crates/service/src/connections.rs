@@ -26,6 +26,14 @@
 //! until one frees, logged once per episode, never in a busy loop; running
 //! out of file descriptors is handled the same way.
 //!
+//! Closing a kept-alive connection the client may be reusing at that moment
+//! races it (a request sent as the close arrives fails with "server closed
+//! idle connection", and clients retry only idempotent methods), so every
+//! HTTP/1 response says how long an idle connection is kept (`Keep-Alive:
+//! timeout=…`), and the idle timeout is longer than common clients' own (Go's
+//! and reqwest's 90 s, curl's 118 s): those clients give idle connections up
+//! first.
+//!
 //! hyper's own header-read timer is not used: it starts whenever a connection
 //! waits, so it cannot tell a slow header from an idle keep-alive connection.
 
@@ -65,6 +73,9 @@ const WATCHDOG_TICK: Duration = Duration::from_millis(200);
 /// up again, a new one whose request is on its way). Short, so that slow
 /// connections still make room for a probe within a second or two.
 pub const REUSE_GRACE: Duration = Duration::from_millis(250);
+/// The header that says how long an idle connection is kept (RFC 9112 leaves
+/// it to clients; Node's HTTP clients read it).
+const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
 /// File descriptors kept free for everything else (storage, outgoing calls, logs).
 const MIN_FD_RESERVE: usize = 64;
 
@@ -178,11 +189,20 @@ struct Registry {
     freed: Notify,
     /// Connections asked to make room that have not closed or stayed yet.
     evictions_pending: AtomicU64,
+    /// `timeout=…` of the `Keep-Alive` header: the idle timeout in seconds.
+    keep_alive: http::HeaderValue,
 }
 
 impl Registry {
-    fn new(service: &'static str) -> Self {
-        Registry { service, open: Mutex::default(), freed: Notify::new(), evictions_pending: AtomicU64::new(0) }
+    fn new(service: &'static str, limits: &ConnectionLimits) -> Self {
+        Registry {
+            service,
+            open: Mutex::default(),
+            freed: Notify::new(),
+            evictions_pending: AtomicU64::new(0),
+            keep_alive: http::HeaderValue::from_str(&format!("timeout={}", limits.idle_timeout.as_secs()))
+                .unwrap_or(http::HeaderValue::from_static("timeout=60")),
+        }
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
@@ -282,7 +302,7 @@ impl LimitedListener {
                 "connection cap lowered to stay below the file-descriptor limit"
             );
         }
-        let registry = Arc::new(Registry::new(service));
+        let registry = Arc::new(Registry::new(service, &limits));
         tokio::spawn(watchdog(Arc::downgrade(&registry), limits));
         LimitedListener {
             listener,
@@ -470,19 +490,28 @@ impl Drop for TrackedStream {
 
 /// The connection a request came on, for [`track_requests`].
 #[derive(Debug, Clone)]
-pub struct ConnectionHandle(Arc<Connection>);
+pub struct ConnectionHandle {
+    connection: Arc<Connection>,
+    registry: Arc<Registry>,
+}
 
 impl axum::extract::connect_info::Connected<IncomingStream<'_, LimitedListener>> for ConnectionHandle {
     fn connect_info(stream: IncomingStream<'_, LimitedListener>) -> Self {
-        ConnectionHandle(stream.io().connection.clone())
+        ConnectionHandle { connection: stream.io().connection.clone(), registry: stream.io().registry.clone() }
     }
 }
 
 /// Marks the connection busy from a request's start until its response body
-/// is sent, so that neither timeout cuts a slow handler or a long stream.
-pub async fn track_requests(ConnectInfo(connection): ConnectInfo<ConnectionHandle>, request: Request, next: Next) -> Response {
-    let guard = connection.0.begin_request();
-    let response = next.run(request).await;
+/// is sent, so that neither timeout cuts a slow handler or a long stream;
+/// tells the client how long the connection is kept idle (HTTP/1; HTTP/2
+/// has no such header).
+pub async fn track_requests(ConnectInfo(handle): ConnectInfo<ConnectionHandle>, request: Request, next: Next) -> Response {
+    let guard = handle.connection.begin_request();
+    let http1 = request.version() < http::Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && !response.headers().contains_key(http::header::CONNECTION) {
+        response.headers_mut().insert(KEEP_ALIVE, handle.registry.keep_alive.clone());
+    }
     response.map(|body| {
         axum::body::Body::new(body.map_frame(move |frame| {
             let _held_until_the_body_is_done = &guard;
@@ -516,7 +545,7 @@ mod tests {
             (Phase::Busy { requests: 1 }, false),
         ];
         for (phase, closed) in cases {
-            let registry = Registry::new("test");
+            let registry = Registry::new("test", &LIMITS);
             let c = connection(phase);
             registry.open().insert(0, c.clone());
             registry.enforce(&LIMITS, now);
@@ -527,7 +556,7 @@ mod tests {
     #[test]
     fn the_cap_evicts_the_longest_waiting_and_never_a_busy_or_just_used_one() {
         let now = Instant::now();
-        let registry = Registry::new("test");
+        let registry = Registry::new("test", &LIMITS);
         let busy = connection(Phase::Busy { requests: 1 });
         let old = connection(Phase::Waiting { since: now - Duration::from_secs(5), first_byte: None, fresh: true });
         let young = connection(Phase::Waiting { since: now - Duration::from_secs(2), first_byte: None, fresh: false });
@@ -567,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_asked_to_make_room_stays_when_its_client_has_already_sent_a_request() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let registry = Arc::new(Registry::new("test"));
+        let registry = Arc::new(Registry::new("test", &LIMITS));
         let (mut server, mut client) = tracked_pair(&registry).await;
         // The client reuses the kept-alive connection just as the cap picks it.
         client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.expect("write");

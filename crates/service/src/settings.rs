@@ -27,7 +27,7 @@ pub mod defaults {
     pub const REQUEST_TIMEOUT_SECS: u64 = 30;
     pub const MAX_CONNECTIONS: usize = 1024;
     pub const HEADER_READ_TIMEOUT_SECS: u64 = 10;
-    pub const IDLE_TIMEOUT_SECS: u64 = 60;
+    pub const IDLE_TIMEOUT_SECS: u64 = 120;
     pub const MEMORY_BUDGET_MB: u64 = 1024;
     pub const BODY_LIMIT_BYTES: usize = 32 * 1024 * 1024;
     pub const SHUTDOWN_DELAY_SECS: u64 = 5;
@@ -223,7 +223,9 @@ pub struct CommonArgs {
     #[arg(long, env = "REVSTORE_HEADER_READ_TIMEOUT_SECS", default_value_t = defaults::HEADER_READ_TIMEOUT_SECS)]
     pub header_read_timeout_secs: u64,
 
-    /// Seconds a kept-alive connection may stay idle between requests.
+    /// Seconds a kept-alive connection may stay idle between requests (told
+    /// to clients in `Keep-Alive: timeout=…`); longer than common clients'
+    /// own idle timeouts, so that they close first.
     #[arg(long, env = "REVSTORE_IDLE_TIMEOUT_SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     pub idle_timeout_secs: u64,
 

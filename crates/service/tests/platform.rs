@@ -856,7 +856,12 @@ async fn slow_and_idle_connections_are_closed_and_healthz_stays_answerable() {
     let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
     let mut buf = [0u8; 1024];
     kept.write_all(request).await.expect("write");
-    assert!(kept.read(&mut buf).await.expect("read") > 0);
+    let n = kept.read(&mut buf).await.expect("read");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase().contains("keep-alive: timeout=8\r\n"),
+        "the answer says how long an idle connection is kept: {}",
+        String::from_utf8_lossy(&buf[..n])
+    );
     tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
     kept.write_all(request).await.expect("write");
     let n = kept.read(&mut buf).await.expect("read");
