@@ -10,6 +10,13 @@
 //! sets how the dependents' priorities are spread (default `few`: seven values).
 //!
 //! ```sh
+//! cargo bench -p revstore-dependency-graph --bench graph -- --cassandra 127.0.0.1:9042 --keyspace graph_bench_1234 --dependents 10000000
+//! ```
+//! `--keyspace KS` (Cassandra) walks the template of a keyspace an earlier
+//! run loaded and kept, `--walks N` times (default 3), and stops: the walk
+//! measured again once the node has compacted what the load wrote.
+//!
+//! ```sh
 //! cargo bench -p revstore-dependency-graph --bench graph -- --spreads 200000   # the priority spreads only
 //! ```
 //! `--spreads N` measures only the walk against the spread of priorities: one
@@ -177,6 +184,21 @@ async fn walk_over_http(service: &Service, parent: &str, limit: usize) -> (usize
     (seen, pages, started.elapsed().as_secs_f64(), progress)
 }
 
+/// `--keyspace KS`: the walk over HTTP of a template an earlier run loaded.
+async fn walks_of_a_loaded_keyspace(storage: &[String], keyspace: &str, dependents: usize) {
+    let walks: usize = arg("--walks").map_or(3, |n| n.parse().expect("--walks N"));
+    let service = Service::start(storage).await;
+    println!("# dependency-graph, cassandra engine, {dependents} dependents of {TEMPLATE} loaded earlier in {keyspace}\n");
+    println!("| walk | pages of 10,000 | dependents | seconds | edges/s |\n|---|---|---|---|---|");
+    for walk in 1..=walks {
+        let (seen, pages, secs, _) = walk_over_http(&service, TEMPLATE, 10_000).await;
+        assert_eq!(seen, dependents, "every dependent, once");
+        println!("| {walk} | {pages} | {seen} | {secs:.1} | {:.0} |", seen as f64 / secs);
+    }
+    println!("\nservice peak resident memory: {:.0} MB", service.peak_rss_mb());
+    service.stop();
+}
+
 /// `--spreads N`: one template of N dependents per spread, each walked over
 /// HTTP a thousand a page (`--limit`).
 async fn spreads(count: usize, store: Store, storage: &[String], engine: &str, embedded: bool) {
@@ -215,7 +237,8 @@ async fn main() {
     let dependents: usize = arg("--dependents").map_or(1_000_000, |n| n.parse().unwrap());
     let cassandra = arg("--cassandra");
     let dir = tempfile::tempdir_in(arg("--dir").map_or_else(std::env::temp_dir, PathBuf::from)).unwrap();
-    let keyspace = format!("graph_bench_{}", std::process::id());
+    let reused = arg("--keyspace");
+    let keyspace = reused.clone().unwrap_or_else(|| format!("graph_bench_{}", std::process::id()));
     let (store, storage): (Store, Vec<String>) = match &cassandra {
         None => {
             let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), EmbeddedOptions::default()).unwrap()));
@@ -227,8 +250,12 @@ async fn main() {
             (Store::new(Arc::new(engine)), vec!["--cassandra".into(), node.clone(), "--keyspace".into(), keyspace.clone()])
         }
     };
-    store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH]).await.unwrap();
+    // What the service uses: its own tables and the janitor's journal of changed pages.
+    store.migrate(&[&revstore_schema::version::DEPENDENCY_GRAPH, &revstore_schema::version::JANITOR]).await.unwrap();
     let engine = if cassandra.is_some() { "cassandra" } else { "embedded" };
+    if reused.is_some() {
+        return walks_of_a_loaded_keyspace(&storage, &keyspace, dependents).await;
+    }
     if let Some(count) = arg("--spreads") {
         return spreads(count.parse().expect("--spreads N"), store, &storage, engine, cassandra.is_none()).await;
     }
