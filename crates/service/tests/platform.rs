@@ -898,6 +898,48 @@ async fn slow_and_idle_connections_are_closed_and_healthz_stays_answerable() {
     }
 }
 
+/// At the cap, an idle kept-alive connection was closed to keep a place free
+/// even when nobody wanted it, and a client reusing it at that moment lost
+/// its request ("server closed idle connection"). Now one is closed only for
+/// a connection waiting in the listen backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_an_idle_connection_is_closed_only_for_a_newcomer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start(&["--max-connections", "16"], true, None).await;
+    let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    async fn answer(c: &mut tokio::net::TcpStream, request: &[u8]) -> String {
+        c.write_all(request).await.expect("write");
+        let mut buf = [0u8; 2048];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(30), c.read(&mut buf)).await.expect("answered").expect("read");
+        String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase()
+    }
+    let mut kept = Vec::new();
+    for _ in 0..16 {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+        let head = answer(&mut c, request).await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        kept.push(c);
+    }
+    // Every connection idle well past the reuse grace: evictable, had anyone come.
+    tokio::time::sleep(4 * revstore_service::connections::REUSE_GRACE).await;
+    for c in &mut kept {
+        let head = answer(c, request).await;
+        assert!(head.starts_with("http/1.1 200"), "an idle connection at the cap was closed with nobody waiting: {head:?}");
+    }
+    // A newcomer: the connection idle longest makes room, and it is answered.
+    tokio::time::sleep(4 * revstore_service::connections::REUSE_GRACE).await;
+    let mut newcomer = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    assert!(answer(&mut newcomer, request).await.starts_with("http/1.1 200"));
+    let mut closed = 0;
+    for c in &mut kept {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(std::time::Duration::from_millis(50), c.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1, "one idle connection made room for the newcomer");
+}
+
 /// An open-loop flood made every request slow (p99 of 19-31 s) instead of
 /// refusing what the service could not take. Now past `--max-in-flight` a
 /// request is answered 503 `overloaded` with `Retry-After` at once, the probes
