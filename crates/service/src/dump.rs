@@ -142,7 +142,7 @@ impl TitleIndex {
         let query = ReadQuery::new(self.table, [Value::from(domain.as_str()), Value::from(bucket_of(token))])
             .slice(Slice::prefix([Value::from(token), Value::from(title)]))
             .columns([col::PAGE_ID, col::NAMESPACE])
-            .limit(1);
+            .first(1);
         Ok(store.read(&query).await?.rows.first().map(identity).unwrap_or_default())
     }
 

@@ -326,6 +326,11 @@ pub struct ReadQuery {
     pub after: Option<Vec<Value>>,
     /// Regular and static columns to return (key columns always are); `None` for all.
     pub columns: Option<Vec<&'static str>>,
+    /// Only the first `limit` rows are wanted, never a next page: no row
+    /// beyond them is read to learn whether one follows (a latest read of a
+    /// page holding a day of superseded renders would read two renders'
+    /// content for one).
+    pub first_only: bool,
 }
 
 impl ReadQuery {
@@ -339,7 +344,22 @@ impl ReadQuery {
             page_token: None,
             after: None,
             columns: None,
+            first_only: false,
         }
+    }
+
+    /// The first `n` rows and nothing more: no page token comes back, and no
+    /// row past them is read.
+    pub fn first(mut self, n: u32) -> Self {
+        self.limit = Some(n);
+        self.first_only = true;
+        self
+    }
+
+    /// Rows an engine reads for this query besides the limit: one, to learn
+    /// whether a next page follows, unless only the first rows are wanted.
+    pub fn lookahead(&self) -> usize {
+        usize::from(!self.first_only)
     }
 
     pub fn slice(mut self, slice: Slice) -> Self {

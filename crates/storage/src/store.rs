@@ -98,13 +98,14 @@ pub trait Engine: Send + Sync + Debug {
 
     /// Reads one page. `after` is the clustering key of the last row of the
     /// previous page (from the page token); the engine returns up to `limit + 1`
-    /// rows after it so the store can tell whether another page follows.
+    /// rows after it so the store can tell whether another page follows
+    /// (`limit` when the query wants only its first rows, [`ReadQuery::lookahead`]).
     async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)>;
 
     async fn cas(&self, cas: Cas) -> StoreResult<CasOutcome>;
 
-    /// Reads the first page of each query (each has a limit; up to `limit +
-    /// 1` rows each, as [`Engine::read`]; after the query's `after` key when
+    /// Reads the first page of each query (each has a limit; up to `limit`
+    /// rows each, plus the lookahead, as [`Engine::read`]; after the query's `after` key when
     /// it has one). Engines that can answer many small
     /// reads at once cheaper than one by one override it (the embedded
     /// engine: one connection, one call); the default runs them 32 at a time.
@@ -160,7 +161,7 @@ pub trait Engine: Send + Sync + Debug {
 /// of one engine. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    engine: Arc<dyn Engine>,
+    pub(crate) engine: Arc<dyn Engine>,
     tokens: PageTokenCodec,
     /// The most rows a read without a limit may find (see [`Store::read`]).
     unbounded_read_cap: u32,
@@ -386,8 +387,10 @@ impl Store {
             && rows.len() > limit as usize
         {
             rows.truncate(limit as usize);
-            let last = rows.last().map(|row| clustering_key(query.table, row)).unwrap_or_default();
-            next = Some(self.tokens.seal(&scope, &encode_values(&last)));
+            if !query.first_only {
+                let last = rows.last().map(|row| clustering_key(query.table, row)).unwrap_or_default();
+                next = Some(self.tokens.seal(&scope, &encode_values(&last)));
+            }
         }
         Ok(Page { rows, statics, next })
     }
@@ -404,6 +407,8 @@ impl Store {
             }
         }
         let limits: Vec<usize> = queries.iter().map(|q| q.limit.unwrap_or(0) as usize).collect();
+        // Rows only, no page tokens: nothing past each limit needs reading.
+        let queries = queries.into_iter().map(|q| ReadQuery { first_only: true, ..q }).collect();
         let mut pages = self.timed("read_many", self.engine.read_many(queries)).await?;
         for (rows, limit) in pages.iter_mut().zip(limits) {
             rows.truncate(limit);
@@ -432,7 +437,7 @@ impl Store {
         }
         let mut key = key;
         let clustering = key.split_off(pk_len);
-        let mut query = ReadQuery::new(table, key).slice(Slice::prefix(clustering)).limit(1);
+        let mut query = ReadQuery::new(table, key).slice(Slice::prefix(clustering)).first(1);
         query.columns = columns;
         let mut page = self.read(&query).await?;
         Ok(if page.rows.is_empty() { None } else { Some(page.rows.swap_remove(0)) })

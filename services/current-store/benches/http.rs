@@ -6,13 +6,18 @@
 //!     [--write-rate W[,W...]] [--only reads|writes] [--seconds N] [--pages N] [--html-bytes MIN-MAX] [--binary PATH]
 //!     [--service-log LEVEL [--access-log-every N]] [--settle-secs N]
 //!     [--overload R[,R...]] [--overload-writes W[,W...]] [--max-in-flight N] [--chart SVG]
+//!     [--renders-per-page N]
 //! ```
 //! It starts the real `revstore-current-store` binary as a separate process
 //! (or `--binary`, e.g. an older build, to compare two side by side),
 //! stores `--pages` pages with real Parsoid HTML (30-100 KB revisions of
 //! "Anarchism" from shared/data), then measures, in one run:
 //! 1. reads of the latest HTML at fixed rates (`--rate`, default 1,000/s): latency counted
-//!    from each request's scheduled send time, so queueing shows;
+//!    from each request's scheduled send time, so queueing shows; on
+//!    Cassandra each rate also as reads of a plain key-value service over
+//!    HTTP (one SELECT a request, `http/plain_kv.rs`) of the same pages;
+//!    `--renders-per-page N` loads each page N times, as a page holds its
+//!    superseded renders through the grace period;
 //! 2. reads of the latest HTML at saturation (32 connections);
 //! 3. the same reads straight from the `Store` in-process (after the service
 //!    stops, on the same data): the ratio of 2 to 3 is the HTTP stack's cost;
@@ -20,8 +25,9 @@
 //! 5. writes at fixed rates (`--write-rate`, open loop like 1.), half new revisions
 //!    and half re-renders of a page's latest revision, spread over all pages;
 //!    on Cassandra with the node's and the service's CPU per write, and then
-//!    the baseline: the same rates, each write one plain INSERT of the page's
-//!    HTML through the same driver into the same node (its CPU per write too);
+//!    the baselines: the same rates, each write one plain INSERT of the page's
+//!    HTML through the same driver into the same node (its CPU per write too),
+//!    in this process and through the plain key-value service over HTTP;
 //!    between the two, the service's own write path called in this process
 //!    (`Pages::put`, no HTTP) at the same rate. The service keeps superseded
 //!    renders `--grace-secs` (default 5, with no clock-skew allowance: most
@@ -59,6 +65,8 @@ mod churn;
 mod dump;
 #[path = "http/overload.rs"]
 mod overload;
+#[path = "http/plain_kv.rs"]
+mod plain_kv;
 #[path = "http/reads.rs"]
 mod reads;
 #[path = "http/trace.rs"]
@@ -99,6 +107,35 @@ struct Bench {
     grace: Duration,
     /// The embedded engine's data directory.
     dir: tempfile::TempDir,
+    /// On Cassandra, the plain key-value service over HTTP beside it.
+    plain_kv: Option<plain_kv::PlainKv>,
+    /// Lines printed after the results table.
+    notes: std::sync::Mutex<Vec<String>>,
+}
+
+/// The bar a rate is held to: p99 at most this, and no request failed.
+const HELD_P99_MS: f64 = 100.0;
+
+/// The highest offered rate of `runs` (rate, p99 ms, failures) held to the bar.
+fn held_rate(runs: &[(u64, f64, usize)]) -> Option<u64> {
+    runs.iter().filter(|(_, p99, failed)| *p99 <= HELD_P99_MS && *failed == 0).map(|(rate, _, _)| *rate).max()
+}
+
+impl Bench {
+    /// Notes what `what` held to the bar, against the plain service's rate.
+    fn note_held(&self, what: &str, service: &[(u64, f64, usize)], plain: &[(u64, f64, usize)]) {
+        let show = |r: Option<u64>| r.map_or("none of the rates".to_owned(), |r| format!("{r}/s"));
+        let (ours, theirs) = (held_rate(service), held_rate(plain));
+        let ratio = match (ours, theirs) {
+            (Some(o), Some(t)) => format!(" ({:.2}x; only the rates offered are known)", o as f64 / t as f64),
+            _ => String::new(),
+        };
+        self.notes.lock().expect("notes").push(format!(
+            "{what} held to p99 ≤ {HELD_P99_MS} ms with no failure: current-store {}, the plain service {}{ratio}",
+            show(ours),
+            show(theirs)
+        ));
+    }
 }
 
 impl Bench {
@@ -203,10 +240,15 @@ async fn start() -> (Bench, revstore_bench::Process) {
         keyspace,
         grace,
         dir,
+        plain_kv: None,
+        notes: std::sync::Mutex::default(),
     };
 
-    // Load: one render per page, 32 at a time.
-    let loads = bench.titles.iter().enumerate().map(|(i, t)| {
+    // Load: `--renders-per-page` renders of revision 1 of each page (default
+    // one; more stand for the superseded renders a page holds through its
+    // grace period), 32 at a time.
+    let renders_per_page: usize = arg("--renders-per-page").map_or(1, |n| n.parse().expect("--renders-per-page"));
+    let loads = (0..renders_per_page).flat_map(|_| bench.titles.iter().enumerate()).map(|(i, t)| {
         let request = bench.http.post(format!("{}/en.wikipedia.org/v1/page/{t}/1", bench.base)).bearer_auth(TOKEN);
         let request = request.json(&body(&bench.html[i % bench.html.len()], 0));
         async move {
@@ -218,6 +260,10 @@ async fn start() -> (Bench, revstore_bench::Process) {
     // Let the node flush and compact what the load wrote before measuring
     // (`--settle-secs`, default 30; the load of the faster build otherwise
     // leaves more of that work for its first measurement).
+    let mut bench = bench;
+    if bench.engine == "cassandra" && matches!(arg("--only").as_deref(), None | Some("reads") | Some("writes")) {
+        bench.plain_kv = Some(plain_kv::PlainKv::start(&bench).await);
+    }
     let settle: u64 = arg("--settle-secs").map(|s| s.parse().expect("--settle-secs")).unwrap_or(30);
     tokio::time::sleep(Duration::from_secs(settle)).await;
     (bench, service)
@@ -225,6 +271,10 @@ async fn start() -> (Bench, revstore_bench::Process) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if let Some(node) = arg("--serve-plain-kv") {
+        plain_kv::serve(&node, &arg("--keyspace").expect("--keyspace")).await;
+        return;
+    }
     let (bench, service) = start().await;
     let only = arg("--only");
     let (measure_reads, measure_writes) = match only.as_deref() {
@@ -294,6 +344,9 @@ async fn main() {
     println!("| engine | measurement | requests | per second | p50 ms | p99 ms |\n|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
+    }
+    for note in bench.notes.lock().expect("notes").iter() {
+        println!("\n{note}");
     }
     churn::print(churn_traced);
     if let Some(ratio) = ratio {

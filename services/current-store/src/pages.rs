@@ -125,7 +125,7 @@ impl Pages {
 
     /// The latest render of the latest revision: the page's first row.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).limit(1).columns(content_columns(columns));
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(content_columns(columns));
         found(self.store.read(&query).await?.rows.into_iter().next())
     }
 
@@ -139,7 +139,7 @@ impl Pages {
     async fn find_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title))
             .slice(Slice::prefix([Value::from(rev.as_i64())]))
-            .limit(1)
+            .first(1)
             .columns(content_columns(columns));
         found(self.store.read(&query).await?.rows.into_iter().next())
     }
@@ -266,7 +266,7 @@ impl Pages {
 
     /// The keys of a page's newest renders, with when each was stored.
     async fn head(&self, domain: &Domain, title: &Title) -> Result<Vec<Held>, PagesError> {
-        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).columns([col::STORED_AT]).limit(HEAD_ROWS);
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).columns([col::STORED_AT]).first(HEAD_ROWS);
         self.store.read(&query).await?.rows.iter().map(held).collect()
     }
 

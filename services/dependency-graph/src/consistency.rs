@@ -144,7 +144,7 @@ impl Direction {
             Direction::Dependents => dependencies_row(edge),
         }
         .columns([col::CREATED])
-        .limit(1)
+        .first(1)
     }
 }
 
@@ -330,9 +330,9 @@ impl Graph {
         let (owned_domain, owned_edge) = (domain.clone(), edge.clone());
         self.changing(&domain, &edge.child, move |graph, at| async move {
             let (domain, edge) = (owned_domain, owned_edge);
-            let by_child = graph.store().read(&dependencies_row(&edge).limit(1)).await?.rows;
+            let by_child = graph.store().read(&dependencies_row(&edge).first(1)).await?.rows;
             let by_child = by_child.first().map(StoredEdge::of).transpose()?;
-            let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).limit(1)).await?.rows.is_empty();
+            let by_parent = !graph.store().read(&dependents_row(&edge).columns([col::CREATED]).first(1)).await?.rows.is_empty();
             let writes = match (by_child, by_parent) {
                 (Some(stored), false) => stored.put(&domain, &edge.child, &[], at),
                 (None, true) => {
@@ -357,7 +357,7 @@ impl Graph {
             return Err(GraphError::Corrupt("a directory row without its bucket".into()));
         };
         let partition: Vec<Value> = key.iter().cloned().chain([Value::from(b)]).collect();
-        let probe = ReadQuery::new(&DEPENDENTS, partition).columns([col::CREATED]).limit(1);
+        let probe = ReadQuery::new(&DEPENDENTS, partition).columns([col::CREATED]).first(1);
         if !self.store().read(&probe).await?.rows.is_empty() {
             return Ok(false);
         }

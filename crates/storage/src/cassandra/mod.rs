@@ -323,7 +323,7 @@ impl CassandraEngine {
         let statics: Vec<&Column> = t.statics().filter(wanted).collect();
         let mut rows = Vec::new();
         for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &regular) {
-            let remaining = query.limit.map(|l| (l as usize + 1).saturating_sub(rows.len()) as u32);
+            let remaining = query.limit.map(|l| (l as usize + query.lookahead()).saturating_sub(rows.len()) as u32);
             if remaining == Some(0) {
                 break;
             }
@@ -334,7 +334,7 @@ impl CassandraEngine {
             rows.extend(found.into_iter().filter(|r| t.clustering().all(|(c, _)| r.get(c.name).is_some())));
         }
         if let Some(limit) = query.limit {
-            rows.truncate(limit as usize + 1);
+            rows.truncate(limit as usize + query.lookahead());
         }
         let static_row = if statics.is_empty() {
             None

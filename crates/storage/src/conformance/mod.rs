@@ -178,6 +178,7 @@ macro_rules! conformance_suite {
             holdings_count_every_live_cell_in_steps_that_resume,
             statics_belong_to_the_partition,
             projection_returns_the_requested_columns,
+            the_first_rows_alone_read_nothing_past_them,
             bad_requests_change_nothing,
             added_columns_are_migrated_in_place
         );

@@ -171,6 +171,28 @@ pub async fn page_tokens_are_bound_to_their_listing(s: &Subject) {
     assert_eq!(keys_ab(&second.rows).first(), Some(&(6, "x".into())));
 }
 
+pub async fn the_first_rows_alone_read_nothing_past_them(s: &Subject) {
+    for a in 1..=3 {
+        for b in ["x", "y", "z"] {
+            s.store.write(mixed_row(a, b)).await.expect("write");
+        }
+    }
+    let paged = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).limit(2)).await.expect("read");
+    assert_eq!(keys_ab(&paged.rows), vec![(3, "x".into()), (3, "y".into())]);
+    assert!(paged.next.is_some(), "a limited read says a page follows");
+    let first = s.store.read(&ReadQuery::new(&MIXED, [text("p")]).first(2)).await.expect("read");
+    assert_eq!(keys_ab(&first.rows), keys_ab(&paged.rows), "the same rows");
+    assert!(first.next.is_none(), "the first rows alone: no page token");
+    // What the engine itself read: the limit, without the row that would say a page follows.
+    let query = ReadQuery::new(&MIXED, [text("p")]).first(2);
+    assert_eq!(s.store.engine.read(&query, None).await.expect("read").0.len(), 2);
+    assert_eq!(s.store.engine.read(&query.clone().limit(2), None).await.expect("read").0.len(), 2, "first() stays first-only");
+    let lookahead = ReadQuery { first_only: false, ..query };
+    assert_eq!(s.store.engine.read(&lookahead, None).await.expect("read").0.len(), 3, "a paged read reads one more");
+    let many = s.store.read_many(vec![ReadQuery::new(&MIXED, [text("p")]).limit(1)]).await.expect("read_many");
+    assert_eq!(keys_ab(&many[0]), vec![(3, "x".into())]);
+}
+
 pub async fn projection_returns_the_requested_columns(s: &Subject) {
     s.store.write(Upsert::new(&KV, [text("proj")]).set("v", "value").set("n", 3i64).set("data", vec![1u8, 2, 3])).await.expect("write");
     let row = s.store.get(&KV, vec![text("proj")], Some(vec!["n"])).await.expect("get").expect("row");

@@ -122,7 +122,8 @@ fn order_by(t: &TableDef, order: ReadOrder) -> String {
     if terms.is_empty() { String::new() } else { format!(" ORDER BY {}", terms.join(", ")) }
 }
 
-/// Reads rows of one partition: up to `limit + 1` after `after`, plus the statics.
+/// Reads rows of one partition: up to `limit` after `after` (and one more,
+/// which says a page follows, unless only the first rows are wanted), plus the statics.
 pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Value]>, now: i64) -> StoreResult<(Vec<Row>, Option<Row>)> {
     let t = query.table;
     let wanted = |c: &Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
@@ -138,7 +139,7 @@ pub(crate) fn read_rows(conn: &Connection, query: &ReadQuery, after: Option<&[Va
     };
     let mut out = Vec::new();
     for slice in slices {
-        let wanted = query.limit.map(|l| (l as usize + 1).saturating_sub(out.len()));
+        let wanted = query.limit.map(|l| (l as usize + query.lookahead()).saturating_sub(out.len()));
         let Some(wanted) = wanted.map_or(Some(usize::MAX), |w| (w > 0).then_some(w)) else { break };
         let sub = ReadQuery { slice, limit: query.limit.map(|_| (wanted - 1) as u32), ..query.clone() };
         let sql = read_rows_sql(&sub, now);

@@ -103,6 +103,8 @@ pub async fn at_fixed_rates(bench: &Bench) -> Vec<String> {
     let page_revs: Arc<Vec<AtomicU64>> = Arc::new((0..bench.titles.len()).map(|_| AtomicU64::new(1)).collect());
     let mut rows = Vec::new();
     let mut p99 = [Vec::new(), Vec::new(), Vec::new()];
+    // (rate, p99, failures) of current-store over HTTP and of the plain service over HTTP.
+    let mut held: [Vec<(u64, f64, usize)>; 2] = [Vec::new(), Vec::new()];
     for rate in rates("--write-rate", "500,1000,1500") {
         let before = cpu_now(&service_pid);
         let run = open_loop(rate, bench.seconds, {
@@ -122,6 +124,7 @@ pub async fn at_fixed_rates(bench: &Bench) -> Vec<String> {
         let cpu = node_pid.as_ref().map(|_| format!(" CPU per stored write: node {node_ms:.2} ms, service {service_ms:.2} ms"));
         rows.push(write_row(&bench.engine, &format!("write renders (1/2 new revisions), fixed {rate}/s"), &run, &cpu.unwrap_or_default()));
         p99[0].push((rate as f64, percentile_ms(&run.latencies, 0.99)));
+        held[0].push((rate, percentile_ms(&run.latencies, 0.99), run.failed));
         let Some(controls) = &controls else { continue };
 
         let before = cpu_now("self");
@@ -160,6 +163,30 @@ pub async fn at_fixed_rates(bench: &Bench) -> Vec<String> {
         let cpu = format!(" CPU per stored write: node {node_ms:.2} ms, client {bench_ms:.2} ms");
         rows.push(write_row(&bench.engine, &format!("baseline: one INSERT of the page, fixed {rate}/s"), &run, &cpu));
         p99[2].push((rate as f64, percentile_ms(&run.latencies, 0.99)));
+
+        let Some(kv) = &bench.plain_kv else { continue };
+        let kv_pid = kv.pid.to_string();
+        let before = cpu_now(&kv_pid);
+        let run = open_loop(rate, bench.seconds, {
+            let (http, titles, html) =
+                (bench.http.clone(), Arc::new(bench.titles.iter().map(|t| kv.url(t)).collect::<Vec<_>>()), bench.html.clone());
+            move |i| {
+                let (http, urls, html) = (http.clone(), titles.clone(), html.clone());
+                async move {
+                    let p = (i as usize * 7919) % urls.len();
+                    let sent = http.put(&urls[p]).body(html[i as usize % html.len()].clone()).send().await;
+                    sent.is_ok_and(|r| r.status() == 201)
+                }
+            }
+        })
+        .await;
+        let (node_ms, kv_ms) = cpu_per_write(before, run.latencies.len() - run.failed, &kv_pid);
+        let cpu = format!(" CPU per stored write: node {node_ms:.2} ms, service {kv_ms:.2} ms");
+        rows.push(write_row(&bench.engine, &format!("baseline: plain service over HTTP, one INSERT, fixed {rate}/s"), &run, &cpu));
+        held[1].push((rate, percentile_ms(&run.latencies, 0.99), run.failed));
+    }
+    if bench.plain_kv.is_some() {
+        bench.note_held("Render writes", &held[0], &held[1]);
     }
     if let Some(path) = arg("--chart") {
         let [service, in_process, insert] = p99;

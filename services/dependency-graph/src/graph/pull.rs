@@ -139,7 +139,7 @@ impl Graph {
         if let Some(ids) = uses.filter(|ids| ids.len() <= POINT_READ_FRAGMENTS) {
             let queries = ids
                 .iter()
-                .map(|id| ReadQuery::new(&CHANGES, key.clone()).slice(Slice::prefix([Value::from(id.as_str())])).limit(1))
+                .map(|id| ReadQuery::new(&CHANGES, key.clone()).slice(Slice::prefix([Value::from(id.as_str())])).first(1))
                 .collect();
             let found = self.store.read_many(queries).await?;
             return Ok(found.iter().flatten().filter_map(|row| row.timestamp(col::CHANGED_AT)).max());

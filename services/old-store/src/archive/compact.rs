@@ -90,12 +90,12 @@ impl Archive {
     /// committed render is outside its frame.
     async fn block_state(&self, key: &BlockKey) -> Result<BlockState, ArchiveError> {
         let title_key = [Value::from(key.domain.as_str()), Value::from(key.title.as_str())];
-        let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).limit(1).columns([col::REV_COUNT])).await?.statics;
+        let statics = self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, title_key).first(1).columns([col::REV_COUNT])).await?.statics;
         let committed = statics.and_then(|s| s.bigint(col::REV_COUNT)).unwrap_or(0);
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).first(1).columns([
                 col::COMPACTED_THROUGH,
                 col::COMPACTED_LEVEL,
                 col::BASE_BLOCK,
@@ -112,7 +112,7 @@ impl Archive {
             .read(
                 &ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values())
                     .slice(Slice::all().lower(after_frame))
-                    .limit(1)
+                    .first(1)
                     .columns([col::REV]),
             )
             .await?
@@ -218,7 +218,7 @@ impl Archive {
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, previous.partition_values()).limit(1).columns([
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, previous.partition_values()).first(1).columns([
                 col::BASE_BLOCK,
                 col::BASE_SLOT,
                 col::FIRST_SLOT,

@@ -82,7 +82,7 @@ impl Archive {
         let mut prefix = vec![Value::from(rev.as_i64())];
         prefix.extend(tid.map(Value::from));
         let page =
-            self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(Slice::prefix(prefix)).limit(1)).await?;
+            self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).slice(Slice::prefix(prefix)).first(1)).await?;
         Ok(page.rows.first().and_then(located))
     }
 
@@ -157,7 +157,7 @@ impl Archive {
         let statics = self
             .inner
             .store
-            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).limit(1).columns([
+            .read(&ReadQuery::new(&ARCHIVE_BLOCKS, key.partition_values()).first(1).columns([
                 col::SEALED,
                 col::COMPACTED_THROUGH,
                 col::BASE_BLOCK,

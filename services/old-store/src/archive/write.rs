@@ -106,13 +106,13 @@ impl Archive {
     /// The statics of a title's `archive_meta` partition, by a block key of the title.
     pub(super) async fn title_state_row(&self, key: &BlockKey) -> Result<Option<Row>, ArchiveError> {
         let (domain, title) = (Value::from(key.domain.as_str()), Value::from(key.title.as_str()));
-        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, [domain, title]).limit(1).columns([col::REV_COUNT])).await?.statics)
+        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, [domain, title]).first(1).columns([col::REV_COUNT])).await?.statics)
     }
 
     /// The title's allocation state: the statics of `archive_meta`.
     async fn title_state(&self, domain: &Domain, title: &Title) -> Result<Option<Row>, ArchiveError> {
         let statics = [col::REV_COUNT, col::OPEN_BLOCK, col::OPEN_BLOCK_REVISIONS, col::OPEN_BLOCK_BYTES, col::LAST_TID];
-        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).limit(1).columns(statics)).await?.statics)
+        Ok(self.inner.store.read(&ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).first(1).columns(statics)).await?.statics)
     }
 
     /// The metadata rows of the revision's archived renders.
