@@ -102,9 +102,7 @@ pub(crate) fn decompress_bounded(frame: &[u8], limit: usize, what: &'static str)
     if size > limit as u64 {
         return Err(CodecError::TooLarge { what, size, limit: limit as u64 });
     }
-    let mut decoder = zstd::bulk::Decompressor::new().map_err(|e| corrupt(e.to_string()))?;
-    decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX)).map_err(|e| corrupt(e.to_string()))?;
-    let out = decoder.decompress(frame, size as usize).map_err(|e| corrupt(e.to_string()))?;
+    let out = decompress_reusing_context(frame, size as usize).map_err(|e| corrupt(e.to_string()))?;
     if out.len() as u64 != size {
         return Err(corrupt(format!("frame decoded to {} bytes, header said {size}", out.len())));
     }
@@ -116,6 +114,31 @@ thread_local! {
     /// context allocates and zeroes its tables (hundreds of KiB at level 3),
     /// which cost as much as compressing a 20 KB page.
     static COMPRESSOR: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { std::cell::RefCell::new(None) };
+}
+
+thread_local! {
+    /// One zstd decompression context per thread, for the same reason: on a
+    /// latest read, creating one took more of the service's CPU than
+    /// decompressing the page did.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Decompresses one frame of at most `capacity` bytes (the caller bounds it
+/// by the frame's stated size). Every call decodes a frame afresh
+/// (`ZSTD_decompressDCtx`), whatever the last one met.
+fn decompress_reusing_context(frame: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let decompressor = match &mut *slot {
+            Some(d) => d,
+            None => {
+                let mut d = zstd::bulk::Decompressor::new()?;
+                d.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX))?;
+                slot.insert(d)
+            }
+        };
+        decompressor.decompress(frame, capacity)
+    })
 }
 
 fn compress_reusing_context(payload: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
@@ -168,6 +191,21 @@ mod tests {
         assert!(matches!(env.decode(&[]), Err(CodecError::Truncated { .. })));
         let zipped = env.encode(&[7u8; 10_000], Compression::Zstd { level: 3 });
         assert!(env.decode(&zipped[..zipped.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn a_thread_decodes_afresh_after_a_broken_frame() {
+        let env = Envelope::default();
+        let page = "<p>Anarchism is a political philosophy</p>".repeat(500);
+        let zipped = env.encode(page.as_bytes(), Compression::Zstd { level: 3 });
+        let mut broken = zipped.clone();
+        let middle = broken.len() / 2;
+        broken[middle] ^= 0xff;
+        for _ in 0..3 {
+            assert!(env.decode(&broken).is_err());
+            assert!(env.decode(&zipped[..zipped.len() - 5]).is_err());
+            assert_eq!(env.decode(&zipped).expect("the context decodes the next frame afresh").as_ref(), page.as_bytes());
+        }
     }
 
     #[test]
