@@ -14,7 +14,9 @@
 //! ```
 //! `--keyspace KS` (Cassandra) walks the template of a keyspace an earlier
 //! run loaded and kept, `--walks N` times (default 3), and stops: the walk
-//! measured again once the node has compacted what the load wrote.
+//! measured again once the node has compacted what the load wrote; with
+//! `--janitor`, it runs the janitor's `graph` task over the keyspace instead.
+//! `--binary PATH` measures another build of the service (side by side).
 //!
 //! ```sh
 //! cargo bench -p revstore-dependency-graph --bench graph -- --spreads 200000   # the priority spreads only
@@ -75,7 +77,8 @@ struct Service {
 
 impl Service {
     async fn start(storage: &[String]) -> Service {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_revstore-dependency-graph"));
+        let binary = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_revstore-dependency-graph").to_owned());
+        let mut command = Command::new(binary);
         command.args(["--listen", "127.0.0.1:0", "--write-tokens", TOKEN, "--shutdown-delay-secs", "0"]).args(storage);
         let log = tempfile::tempdir().unwrap();
         let (process, addresses) = revstore_bench::start_service(command, &log.path().join("graph.log"), &["dependency-graph"]).await;
@@ -184,10 +187,65 @@ async fn walk_over_http(service: &Service, parent: &str, limit: usize) -> (usize
     (seen, pages, started.elapsed().as_secs_f64(), progress)
 }
 
+/// Item 7: the janitor's `graph` task over everything, driven step by step
+/// through the admin API as `revstore-janitor` drives it: the line that says
+/// how it went.
+async fn janitor_graph_task(service: &Service) -> String {
+    let holder = revstore_keys::Tid::now().to_string();
+    let lease = service
+        .http
+        .post(format!("{}/admin/janitor/lease", service.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({"holder": holder, "ttl_secs": 3600}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lease.status(), 200);
+    let started = Instant::now();
+    let (mut steps, mut partitions, mut repaired, mut step_ms) = (Vec::new(), 0u64, 0u64, Vec::new());
+    loop {
+        let step_started = Instant::now();
+        let r = service
+            .http
+            .post(format!("{}/admin/janitor/graph/step", service.base))
+            .bearer_auth(TOKEN)
+            .json(&json!({"holder": holder, "budget": 100, "restart": steps.is_empty()}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "a graph step failed");
+        let report: Value = r.json().await.unwrap();
+        step_ms.push(step_started.elapsed().as_secs_f64() * 1000.0);
+        partitions += report["partitions"].as_u64().unwrap();
+        repaired += report["rows"].as_u64().unwrap();
+        let done = report["done"].as_bool().unwrap();
+        steps.push(report);
+        if done {
+            break;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let given_back =
+        service.http.delete(format!("{}/admin/janitor/lease", service.base)).bearer_auth(TOKEN).query(&[("holder", &holder)]).send().await;
+    assert_eq!(given_back.unwrap().status(), 204, "the lease given back, for the next run");
+    let slowest = step_ms.iter().copied().fold(0.0, f64::max);
+    format!(
+        "janitor graph task (budget 100): {} steps, {partitions} partitions, {repaired} rows repaired, {secs:.0} s; step p50 {:.1} ms, p99 {:.1} ms, slowest {slowest:.1} ms; service peak {:.0} MB",
+        steps.len(),
+        percentile(&mut step_ms.clone(), 0.5),
+        percentile(&mut step_ms, 0.99),
+        service.peak_rss_mb()
+    )
+}
+
 /// `--keyspace KS`: the walk over HTTP of a template an earlier run loaded.
 async fn walks_of_a_loaded_keyspace(storage: &[String], keyspace: &str, dependents: usize) {
     let walks: usize = arg("--walks").map_or(3, |n| n.parse().expect("--walks N"));
     let service = Service::start(storage).await;
+    if revstore_bench::flag("--janitor") {
+        println!("{}", janitor_graph_task(&service).await);
+        return service.stop();
+    }
     println!("# dependency-graph, cassandra engine, {dependents} dependents of {TEMPLATE} loaded earlier in {keyspace}\n");
     println!("| walk | pages of 10,000 | dependents | seconds | edges/s |\n|---|---|---|---|---|");
     for walk in 1..=walks {
@@ -419,48 +477,7 @@ async fn main() {
     println!("\nservice peak resident memory during the walk: {peak:.0} MB");
 
     // 7. The janitor's graph task over everything, as revstore-janitor drives it.
-    let holder = revstore_keys::Tid::now().to_string();
-    let lease = service
-        .http
-        .post(format!("{}/admin/janitor/lease", service.base))
-        .bearer_auth(TOKEN)
-        .json(&json!({"holder": holder, "ttl_secs": 3600}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(lease.status(), 200);
-    let started = Instant::now();
-    let (mut steps, mut partitions, mut repaired, mut step_ms) = (Vec::new(), 0u64, 0u64, Vec::new());
-    loop {
-        let step_started = Instant::now();
-        let r = service
-            .http
-            .post(format!("{}/admin/janitor/graph/step", service.base))
-            .bearer_auth(TOKEN)
-            .json(&json!({"holder": holder, "budget": 100, "restart": steps.is_empty()}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "a graph step failed");
-        let report: Value = r.json().await.unwrap();
-        step_ms.push(step_started.elapsed().as_secs_f64() * 1000.0);
-        partitions += report["partitions"].as_u64().unwrap();
-        repaired += report["rows"].as_u64().unwrap();
-        let done = report["done"].as_bool().unwrap();
-        steps.push(report);
-        if done {
-            break;
-        }
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let slowest = step_ms.iter().copied().fold(0.0, f64::max);
-    println!(
-        "janitor graph task (budget 100): {} steps, {partitions} partitions, {repaired} rows repaired, {secs:.0} s; step p50 {:.1} ms, p99 {:.1} ms, slowest {slowest:.1} ms; service peak {:.0} MB",
-        steps.len(),
-        percentile(&mut step_ms.clone(), 0.5),
-        percentile(&mut step_ms, 0.99),
-        service.peak_rss_mb()
-    );
+    println!("{}", janitor_graph_task(&service).await);
     service.stop();
 
     // The same walk in-process, on the same data (the service stopped).

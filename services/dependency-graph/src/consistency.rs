@@ -211,9 +211,41 @@ impl Graph {
                 // A step over an empty slice of the ring still counts, so a step always ends.
                 found.partitions += 1;
             }
-            let mut spent = false;
-            for scanned_partition in scanned.partitions {
-                let partition = ScanPosition { token: scanned_partition.token, key: scanned_partition.key };
+            let positions: Vec<ScanPosition> =
+                scanned.partitions.into_iter().map(|p| ScanPosition { token: p.token, key: p.key }).collect();
+            // The partitions read whole within the budget are checked
+            // together: their rows in one batch of reads, their twins in
+            // another (one partition at a time, a step paid two round trips
+            // in sequence per partition). The first larger than a read, or
+            // the one the budget ends in, and those after it, go one at a
+            // time below, where a step can stop inside a partition.
+            let chunk = rows_left.min(LOOKUP_CHUNK);
+            let firsts = self
+                .store()
+                .read_many(positions.iter().map(|p| ReadQuery::new(table, p.key.iter().cloned()).limit(chunk as u32)).collect())
+                .await?;
+            let (mut whole, mut whole_rows) = (0, 0u64);
+            for rows in &firsts {
+                let n = rows.len() as u64;
+                if n >= chunk || whole_rows + n > rows_left {
+                    break;
+                }
+                (whole, whole_rows) = (whole + 1, whole_rows + n);
+            }
+            let groups: Vec<(&[Value], &[Row])> =
+                positions[..whole].iter().zip(&firsts[..whole]).map(|(p, rows)| (p.key.as_slice(), rows.as_slice())).collect();
+            self.sweep_rows(pass, &groups, repair, keep, &mut found).await?;
+            found.partitions += whole as u64;
+            found.rows += whole_rows;
+            rows_left -= whole_rows;
+            if whole > 0 {
+                after = Some(positions[whole - 1].clone());
+            }
+            let mut spent = rows_left == 0;
+            for partition in positions.into_iter().skip(whole) {
+                if spent {
+                    break;
+                }
                 found.partitions += 1;
                 match self.sweep_partition(pass, &partition.key, None, &mut rows_left, repair, keep, &mut found).await? {
                     Partition::Cut(last) => {
@@ -272,7 +304,7 @@ impl Graph {
             *rows_left -= page.rows.len() as u64;
             found.rows += page.rows.len() as u64;
             let last_row = page.rows.last().map(|row| clustering_key(table, row));
-            self.sweep_rows(pass, key, &page.rows, repair, keep, found).await?;
+            self.sweep_rows(pass, &[(key, page.rows.as_slice())], repair, keep, found).await?;
             if let Some(token) = page.next {
                 if *rows_left == 0 {
                     return Ok(Partition::Cut(last_row.unwrap_or_default()));
@@ -284,18 +316,26 @@ impl Graph {
         }
     }
 
+    /// Checks (and repairs) rows of partitions, `(partition key, rows)` in scan order.
     async fn sweep_rows(
         &self,
         pass: Pass,
-        key: &[Value],
-        rows: &[Row],
+        groups: &[(&[Value], &[Row])],
         repair: bool,
         keep: usize,
         found: &mut Found,
     ) -> Result<(), GraphError> {
         match pass {
             Pass::Edges(direction) => {
-                let edges: Vec<OneSidedEdge> = rows.iter().map(|row| one_sided(direction, key, row)).collect::<Result<_, GraphError>>()?;
+                let mut edges: Vec<OneSidedEdge> = Vec::new();
+                for (key, rows) in groups {
+                    for row in rows.iter() {
+                        edges.push(one_sided(direction, key, row)?);
+                    }
+                }
+                if edges.is_empty() {
+                    return Ok(());
+                }
                 let twins = self.store().read_many(edges.iter().map(|edge| direction.twin(edge)).collect()).await?;
                 for (edge, twin) in edges.into_iter().zip(twins) {
                     if twin.is_empty() {
@@ -310,10 +350,12 @@ impl Graph {
                 }
             }
             Pass::Directory => {
-                for row in rows {
-                    if self.prune_entry(key, row, repair).await? {
-                        found.one_sided += 1;
-                        found.repaired += u64::from(repair);
+                for (key, rows) in groups {
+                    for row in rows.iter() {
+                        if self.prune_entry(key, row, repair).await? {
+                            found.one_sided += 1;
+                            found.repaired += u64::from(repair);
+                        }
                     }
                 }
             }

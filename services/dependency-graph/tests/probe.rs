@@ -321,31 +321,45 @@ async fn an_emptied_template_is_pruned_and_its_listing_bounded(engine: Engine) {
 
 /// Item 6: a graph step is bounded in rows: a step stops inside a large
 /// partition (a page with a thousand dependencies) and the next resumes after
-/// its last row; the janitor's task repairs every one-sided edge.
+/// its last row; small partitions around it are checked a step's worth at
+/// once; the janitor's task repairs every one-sided edge.
 async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
     const PARENTS: usize = 1_000;
+    const SMALL: usize = 300;
     let (s, _guard) = common::preloaded(engine, |graph| async move {
-        let edges: Vec<_> = (0..PARENTS)
-            .map(|i| {
-                let edge = Edge {
-                    parent: format!("Template:Part {i}"),
-                    kind: ChangeKind::Modification,
-                    priority: 100,
-                    parent_selector: None,
-                    child_selector: None,
-                };
-                (common::title("Wide child"), edge)
-            })
-            .collect();
+        let edge =
+            |parent: String| Edge { parent, kind: ChangeKind::Modification, priority: 100, parent_selector: None, child_selector: None };
+        let mut edges: Vec<_> = (0..PARENTS).map(|i| (common::title("Wide child"), edge(format!("Template:Part {i}")))).collect();
+        // Small pages of two dependencies each.
+        for i in 0..SMALL {
+            for parent in ["Template:Common", "Template:Also"] {
+                edges.push((common::title(&format!("Small {i}")), edge(parent.to_owned())));
+            }
+        }
         graph.add_edges(&common::domain(), &edges, revstore_keys::TitleRules::default()).await.expect("load");
-        // One-sided: the by-parent rows of every 100th parent are lost.
-        let lost = (0..PARENTS).step_by(100).map(|i| {
-            revstore_dependency_graph::testing::dependent_delete(DOMAIN, &format!("Template:Part_{i}"), "modification", 100, "Wide_child")
-                .into()
-        });
+        // One-sided: the by-parent rows of every 100th parent of the wide
+        // page, and of every 10th small page's first dependency, are lost.
+        let lost = (0..PARENTS)
+            .step_by(100)
+            .map(|i| {
+                revstore_dependency_graph::testing::dependent_delete(
+                    DOMAIN,
+                    &format!("Template:Part_{i}"),
+                    "modification",
+                    100,
+                    "Wide_child",
+                )
+            })
+            .chain((0..SMALL).step_by(10).map(|i| {
+                revstore_dependency_graph::testing::dependent_delete(DOMAIN, "Template:Common", "modification", 100, &format!("Small_{i}"))
+            }))
+            .map(Into::into);
         graph.store().apply(lost.collect()).await.expect("diverge");
     })
     .await;
+    let lost = PARENTS / 100 + SMALL / 10;
+    // Steps of the default budget: the small partitions checked together, the wide one alone.
+    assert_eq!(one_sided(&s).await.len(), lost, "every one-sided edge found, once");
     // One partition of budget: at most 100 rows a step, so the page's
     // thousand rows take ten steps, each resuming after the last.
     let (mut after, mut steps, mut missing, mut edges) = (None::<String>, 0, 0, 0);
@@ -366,11 +380,11 @@ async fn graph_steps_stop_inside_large_partitions(engine: Engine) {
             None => break,
         }
     }
-    assert_eq!((edges, missing), (PARENTS as u64, PARENTS / 100), "every row checked once, every one-sided edge found");
+    assert_eq!((edges, missing), ((PARENTS + 2 * SMALL) as u64, lost), "every row checked once, every one-sided edge found");
     assert!(steps >= PARENTS / 100, "{steps} steps");
     let reports = run_task(&s, "graph", 100, false).await;
     let repaired: u64 = reports.iter().map(|r| r["rows"].as_u64().expect("rows")).sum();
-    assert_eq!(repaired, (PARENTS / 100) as u64);
+    assert_eq!(repaired, lost as u64);
     assert_eq!(one_sided(&s).await, Vec::<Value>::new(), "repaired");
     assert_eq!(names(&get(&s, "dependents/Template:Part_500").await.0, "child"), ["Wide_child"]);
 }
