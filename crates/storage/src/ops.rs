@@ -399,9 +399,10 @@ impl ReadQuery {
 pub struct Page {
     pub rows: Vec<Row>,
     /// The partition's static cells, when the table has any and one is set.
-    /// Not one snapshot with `rows`: on Cassandra they are read by a second
-    /// query, after the rows. A caller that needs an order between the two
-    /// (e.g. a version in the statics guarding the rows) reads them separately.
+    /// Read with the rows, in one snapshot, when the read finds a row; when it
+    /// finds none, by a second query after it. A caller that needs an order
+    /// between the two (e.g. a version in the statics guarding the rows)
+    /// reads them separately.
     pub statics: Option<Row>,
     /// Present when more rows may follow; pass it back as `page_token`.
     pub next: Option<String>,

@@ -208,6 +208,14 @@ impl Row {
         }
     }
 
+    /// Moves the cells of the columns `moved` names out of the row, into a
+    /// row of their own (no value is copied).
+    pub fn split_off(&mut self, moved: impl Fn(&str) -> bool) -> Row {
+        let (taken, kept) = std::mem::take(&mut self.cells).into_iter().partition(|(name, _)| moved(name));
+        self.cells = kept;
+        Row { cells: taken }
+    }
+
     /// Moves a column's value out of the row.
     pub fn take(&mut self, column: &str) -> Value {
         self.cells.iter_mut().find(|(name, _)| *name == column).map(|(_, v)| std::mem::replace(v, Value::Null)).unwrap_or(Value::Null)

@@ -321,23 +321,38 @@ impl CassandraEngine {
         let wanted = |c: &&Column| query.columns.as_ref().is_none_or(|cols| cols.contains(&c.name));
         let regular: Vec<&Column> = t.regular().filter(wanted).collect();
         let statics: Vec<&Column> = t.statics().filter(wanted).collect();
-        let mut rows = Vec::new();
-        for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &regular) {
+        // Static cells come back with every row that a SELECT naming them
+        // returns: read with the rows, in the same snapshot, at no second
+        // round trip; only a read that finds no row asks for them apart.
+        let selected: Vec<&Column> = regular.iter().chain(statics.iter()).copied().collect();
+        let is_static = |name: &str| statics.iter().any(|c| c.name == name);
+        let (mut rows, mut with_rows) = (Vec::new(), None);
+        for statement in cql::reads(&self.keyspace, t, &query.partition, &query.slice, query.order, after.as_deref(), &selected) {
             let remaining = query.limit.map(|l| (l as usize + query.lookahead()).saturating_sub(rows.len()) as u32);
             if remaining == Some(0) {
                 break;
             }
             // `select` asks for one more than the limit; the store trims.
             let found = self.select(statement, remaining.map(|r| r - 1), t, consistency).await?;
-            // A partition with static cells but no rows answers with one row whose
-            // clustering columns are null: that is not a row.
-            rows.extend(found.into_iter().filter(|r| t.clustering().all(|(c, _)| r.get(c.name).is_some())));
+            for mut row in found {
+                if !statics.is_empty() {
+                    let cells = row.split_off(is_static);
+                    with_rows.get_or_insert(cells);
+                }
+                // A partition with static cells but no rows answers with one row whose
+                // clustering columns are null: that is not a row.
+                if t.clustering().all(|(c, _)| row.get(c.name).is_some()) {
+                    rows.push(row);
+                }
+            }
         }
         if let Some(limit) = query.limit {
             rows.truncate(limit as usize + query.lookahead());
         }
         let static_row = if statics.is_empty() {
             None
+        } else if let Some(found) = with_rows {
+            Some(found).filter(|r| r.columns().any(|(_, v)| !v.is_null()))
         } else {
             let statement = cql::read_statics(&self.keyspace, t, &query.partition, &statics);
             let mut prepared = self.prepare(&statement.cql).await?;
