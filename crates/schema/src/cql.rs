@@ -251,6 +251,7 @@ mod tests {
     "title" text,
     "rev" bigint,
     "tid" timeuuid,
+    "has_suppressed_revs" boolean static,
     "stored_at" timestamp,
     "html" blob,
     "data_parsoid" blob,

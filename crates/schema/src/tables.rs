@@ -1,7 +1,7 @@
 //! The tables of each service. A change here changes its component's
 //! fingerprint; the test in [`crate::version`] then asks for a new version.
 
-use crate::model::ColumnType::{BigInt, Blob, Text, TimeUuid, Timestamp};
+use crate::model::ColumnType::{BigInt, Blob, Boolean, Text, TimeUuid, Timestamp};
 use crate::model::{Column as C, Compaction, Order, TableDef};
 
 /// A week, Cassandra's usual bound for rows that only expire.
@@ -77,6 +77,7 @@ pub mod current_store {
         pub const SECTION_OFFSETS: &str = "section_offsets";
         pub const SHARD: &str = "shard";
         pub const STORED_AT: &str = "stored_at";
+        pub const HAS_SUPPRESSED_REVS: &str = "has_suppressed_revs";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
         pub const TRACE: &str = "trace";
@@ -85,10 +86,13 @@ pub mod current_store {
     }
 
     /// Every render of a page, newest first: the latest render is the first row, a superseded one stays a row until
-    /// it has been superseded for the grace period, then a write of the page
-    /// or the janitor's retention sweep range-deletes it. `stored_at` is when
-    /// the row was written (a late write can carry an old tid): a render is
-    /// superseded no later than the newer renders were stored.
+    /// it has been superseded for the grace period, then the janitor's
+    /// retention sweep range-deletes it. `stored_at` is when the row was
+    /// written (a late write can carry an old tid): a render is superseded no
+    /// later than the newer renders were stored. `has_suppressed_revs`, a
+    /// static cell, flags a page with a suppressed revision (set by the
+    /// suppression, at a timestamp no delete reaches): a latest read checks
+    /// suppression only on such a page.
     pub static PAGE_RENDERS: TableDef = TableDef {
         name: "page_renders",
         columns: &[
@@ -96,6 +100,7 @@ pub mod current_store {
             C::partition(col::TITLE, Text),
             C::clustering(col::REV, BigInt, Order::Desc),
             C::clustering(col::TID, TimeUuid, Order::Desc),
+            C::statik(col::HAS_SUPPRESSED_REVS, Boolean),
             C::regular(col::STORED_AT, Timestamp),
             C::regular(col::HTML, Blob),
             C::regular(col::DATA_PARSOID, Blob),
@@ -110,9 +115,9 @@ pub mod current_store {
     /// partition: a dump of one domain walks its own rows, never
     /// another domain's. `bucket` is the token's top byte, so a domain's pages
     /// spread over 256 partitions and a slice of the ring reads only the
-    /// buckets it covers. A row is written with a page's first render (and by
-    /// the janitor's retention sweep for pages stored before it existed) and
-    /// deleted with the page; `since` is the time of the render that wrote it.
+    /// buckets it covers. A row is written with every render (the same row
+    /// again) and deleted with the page; `since` is the tid's time of the
+    /// render that wrote it last.
     pub static DOMAIN_PAGES: TableDef = TableDef {
         name: "domain_pages",
         columns: &TITLE_INDEX,

@@ -103,13 +103,19 @@ impl TitleIndex {
     /// The index row of a title, timestamped with the write that enters it
     /// (a deletion timestamped after the title's newest write removes it).
     pub fn row(&self, domain: &Domain, title: &Title, at: Tid) -> Upsert {
+        self.row_written_at(domain, title, at, at.unix_micros())
+    }
+
+    /// [`TitleIndex::row`] for a write timestamped `written_at`
+    /// (microseconds) rather than with its render's time.
+    pub fn row_written_at(&self, domain: &Domain, title: &Title, since: Tid, written_at: i64) -> Upsert {
         let token = partition_token(domain, title);
         Upsert::new(
             self.table,
             [Value::from(domain.as_str()), Value::from(bucket_of(token)), Value::from(token), Value::from(title.as_str())],
         )
-        .set(col::SINCE, Value::Timestamp(at.unix_micros() / 1000))
-        .timestamp(at.unix_micros())
+        .set(col::SINCE, Value::Timestamp(since.unix_micros() / 1000))
+        .timestamp(written_at)
     }
 
     /// What a write says of a title's page, set on its index row (a row

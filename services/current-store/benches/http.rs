@@ -30,15 +30,14 @@
 //!    in this process and through the plain key-value service over HTTP;
 //!    between the two, the service's own write path called in this process
 //!    (`Pages::put`, no HTTP) at the same rate. The service keeps superseded
-//!    renders `--grace-secs` (default 5, with no clock-skew allowance: most
-//!    writes of a page then find something to delete, as in a wiki's steady
-//!    state). `--chart SVG` draws each one's p99 against the offered rate.
+//!    renders `--grace-secs` (default 5; a write deletes nothing, so this sets
+//!    only what the bench's reads of superseded renders find). `--chart SVG` draws each one's p99 against the offered rate.
 //! 7. on Cassandra, `--churn-pages N` (with `--churn-renders R`, default 60, at
 //!    `--churn-rate`, default 200/s): N pages each rendered R times, a new
 //!    revision every third render, through the service;
 //!    then (after `nodetool flush` when `--nodetool CMD` is given) every
 //!    page's reads traced — the latest, a superseded render by revision and by
-//!    tid, a write's read of the page's keys — with the live rows and tombstones each
+//!    tid (a write reads nothing) — with the live rows and tombstones each
 //!    met, and each table's size on disk.
 //!
 //! 6. overload (`--overload`, `--overload-writes`): reads or writes offered

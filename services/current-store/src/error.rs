@@ -12,9 +12,6 @@ pub enum PagesError {
     /// The render or its key is not acceptable (nothing was written).
     #[error("{0}")]
     Invalid(String),
-    /// A render of a suppressed revision: it may not be stored again.
-    #[error("revision {rev} of {title} is suppressed")]
-    Suppressed { rev: u64, title: String },
     /// An `If-Match` or `If-Unmodified-Since` the latest render does not meet.
     #[error("{0}")]
     PreconditionFailed(String),
@@ -28,7 +25,6 @@ impl From<PagesError> for ApiError {
         match e {
             PagesError::Store(e) => e.into(),
             PagesError::Invalid(detail) => ApiError::bad_request(detail),
-            e @ PagesError::Suppressed { .. } => ApiError::conflict(e.to_string()),
             PagesError::PreconditionFailed(detail) => ApiError::precondition_failed(detail),
             e @ PagesError::Corrupt(_) => ApiError::internal(e),
         }

@@ -1,12 +1,10 @@
 //! current-store's sweeps for the janitor (see `revstore_service::janitor_admin`).
 //!
-//! - `retention`: a write of a page range-deletes the renders superseded for
-//!   longer than the grace period that its read of the page's newest keys
-//!   shows; what no write deletes — a page not written again, a page with
-//!   more renders in its grace period than a write reads — is the sweep's:
-//!   each page read whole, everything behind the newest render stored before
-//!   the grace period began range-deleted (row by row where a late write,
-//!   stored inside the grace period, sorts behind it).
+//! - `retention`: all of it (a write deletes nothing): each page read whole,
+//!   everything behind the newest render stored before the grace period
+//!   began range-deleted (row by row where a late write, stored inside the
+//!   grace period, sorts behind it), each delete timestamped just after the
+//!   newest write it removes, so that a render stored after the sweep stands.
 //! - `archive`: every revision current-store holds (the latest of each title,
 //!   and the revisions of renders inside their grace period) is in old-store;
 //!   one that is not (its hand-off lost: an outbox row deleted by hand, a
@@ -76,8 +74,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Dur
     sweeps
 }
 
-/// Range-deletes the renders superseded for longer than the grace period
-/// that no write of their page has deleted.
+/// Range-deletes the renders superseded for longer than the grace period.
 #[derive(Debug)]
 struct Retention {
     pages: Pages,
@@ -103,7 +100,20 @@ impl PageVisit for Retention {
         let store = &self.pages.store;
         let cutoff = self.pages.retention_cutoff(store.now_micros());
         let (domain, title) = stored_page(page)?;
-        let rows = page_rows(store, page).await?;
+        let (mut rows, flagged) = page_rows_and_flag(store, page).await?;
+        if flagged {
+            // A write does not check suppression: renders of suppressed
+            // revisions are never served, never a boundary, and go now.
+            let suppressed = self.pages.suppressed_revisions(&domain, &title).await?;
+            let (hidden, shown): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(h, _)| suppressed.contains(&h.id.rev));
+            rows = shown;
+            report.rows += hidden.len() as u64;
+            report.bytes += hidden.iter().map(|(_, bytes)| bytes).sum::<u64>();
+            if !dry_run && !hidden.is_empty() {
+                let delete = |h: &Held| Delete::row(&PAGE_RENDERS, page.to_vec(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
+                store.apply(hidden.iter().map(|(h, _)| delete(h).timestamp(h.written_at() + 1).into()).collect()).await?;
+            }
+        }
         let Some(at) = rows.iter().position(|(h, _)| h.stored_at <= cutoff) else { return Ok(()) };
         // Behind the boundary, what was stored before the cutoff: a render
         // stored after it (a late write) may just have been fetched.
@@ -116,13 +126,14 @@ impl PageVisit for Retention {
         if dry_run {
             return Ok(());
         }
-        let now = store.now_micros();
+        // Each delete timestamped just after the writes it removes (so a
+        // render stored after this sweep stands, whatever its tid).
         let writes = if late.is_empty() {
-            let held: Vec<Held> = rows.iter().map(|(h, _)| *h).collect();
-            self.pages.behind(&domain, &title, rows[at].0.id, &held, now)
+            let held: Vec<Held> = behind.iter().map(|(h, _)| *h).collect();
+            self.pages.behind(&domain, &title, rows[at].0.id, &held)
         } else {
             let delete = |h: &Held| Delete::row(&PAGE_RENDERS, page.to_vec(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
-            behind.iter().map(|(h, _)| delete(h).timestamp(now).into()).collect()
+            behind.iter().map(|(h, _)| delete(h).timestamp(h.written_at() + 1).into()).collect()
         };
         store.apply(writes).await?;
         Ok(())
@@ -133,6 +144,22 @@ impl PageVisit for Retention {
 async fn page_rows(store: &Store, key: &[Value]) -> Result<Vec<(Held, u64)>, SweepError> {
     let rows: Vec<Row> = store.rows(ReadQuery::new(&PAGE_RENDERS, key.to_vec()).limit(ROWS_PER_PAGE)).try_collect().await?;
     rows.iter().map(|row| Ok((held(row)?, row_bytes(&PAGE_RENDERS, row)))).collect()
+}
+
+/// [`page_rows`], and whether the page is flagged as having a suppressed
+/// revision (read with its first rows).
+async fn page_rows_and_flag(store: &Store, key: &[Value]) -> Result<(Vec<(Held, u64)>, bool), SweepError> {
+    let mut query = Some(ReadQuery::new(&PAGE_RENDERS, key.to_vec()).limit(ROWS_PER_PAGE));
+    let (mut rows, mut flagged) = (Vec::new(), false);
+    while let Some(q) = query.take() {
+        let page = store.read(&q).await?;
+        flagged |= page.statics.as_ref().and_then(|s| s.boolean(col::HAS_SUPPRESSED_REVS)).unwrap_or(false);
+        for row in &page.rows {
+            rows.push((held(row)?, row_bytes(&PAGE_RENDERS, row)));
+        }
+        query = page.next.map(|token| q.page_token(Some(token)));
+    }
+    Ok((rows, flagged))
 }
 
 /// A page is entitled to its latest render and to every render superseded

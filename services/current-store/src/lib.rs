@@ -25,7 +25,7 @@ mod routes;
 #[cfg(feature = "testsuite")]
 pub mod testing;
 
-pub use pages::{Pages, Preconditions, PutOutcome};
+pub use pages::{HandedOff, Pages, Preconditions, flag_suppressed_pages};
 pub use render::{RenderBody, RenderId, StoredParts, decode_part};
 
 use std::time::Duration;
@@ -119,6 +119,12 @@ impl ServiceDefinition for CurrentStore {
         let old_store = client(&args.old_store_url, "--old-store-url")?.map(OldStoreClient::new);
         let graph = client(&args.graph_url, "--graph-url")?.map(GraphClient::new);
         let Context { store, settings } = context;
+        if settings.migrate_on_start {
+            // The schema was just migrated here: flag the pages of suppressions
+            // made before the flag existed, as `revstore-migrate` does.
+            let flagged = pages::flag_suppressed_pages(&store).await?;
+            tracing::info!(service = "current-store", pages = flagged, "pages with a suppressed revision flagged");
+        }
         let outbox_margin = args.clock_skew + settings.storage.write_timeout();
         let pages = pages::Pages {
             store: store.clone(),
@@ -128,6 +134,7 @@ impl ServiceDefinition for CurrentStore {
             // would hold its shard up.
             hand_off: old_store.is_some(),
             notify_graph: args.notify_graph,
+            handed_off: Default::default(),
         };
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());

@@ -64,7 +64,7 @@ use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
 use revstore_keys::time::millis;
 use revstore_keys::{Domain, Tid, TidGenerator, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, col};
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, PAGE_RENDERS, col};
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
@@ -245,6 +245,7 @@ impl Delivery {
         // Exported from the start, at 0, for the dead-letter alert.
         for kind in ["archive", "change", "suppress"] {
             metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
+            metrics::counter!("outbox_repeats_dropped_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
         }
         metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(0.0);
         metrics::gauge!("outbox_shards_held", "service" => crate::SERVICE).set(0.0);
@@ -552,6 +553,11 @@ async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i
     if let Some(traceparent) = row.text(col::TRACE) {
         revstore_telemetry::adopt_remote_parent(&span, revstore_telemetry::context_from_traceparent(traceparent));
     }
+    if repeats_an_earlier_row(store, row).await? {
+        let kind = bounded_kind(row.text(col::KIND).unwrap_or_default());
+        metrics::counter!("outbox_repeats_dropped_total", "service" => crate::SERVICE, "kind" => kind).increment(1);
+        return Ok(store.write(delivered).await?);
+    }
     match send(receivers, row).instrument(span).await {
         Ok(true) => Ok(store.write(delivered).await?),
         Ok(false) => Err(ShardFailure {
@@ -565,6 +571,35 @@ async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i
             Err(ShardFailure { reason, retry_after })
         }
     }
+}
+
+/// Whether a hand-off or change notice repeats one queued before it, and so
+/// is marked delivered unsent: a render of its revision older than its own is
+/// held (that render's write queued a row of its own, with a tid no newer,
+/// before the render could be seen: `pages::HandedOff`), or, for a change
+/// notice, a newer revision is already the page's latest (its own notice
+/// covers the page). Writers queue without reading the page, so every
+/// instance that has not itself queued a revision's hand-off queues one.
+async fn repeats_an_earlier_row(store: &Store, row: &Row) -> Result<bool, StoreError> {
+    let kind = row.text(col::KIND);
+    let (Some("archive" | "change"), Some(domain), Some(title), Some(rev), Some(tid)) =
+        (kind, row.text(col::DOMAIN), row.text(col::TITLE), row.bigint(col::REV), row.timeuuid(col::TID))
+    else {
+        // Other kinds always go; a malformed row is `send`'s to refuse.
+        return Ok(false);
+    };
+    let page = || vec![Value::from(domain), Value::from(title)];
+    let older = Slice::prefix([Value::from(rev)]).upper(Bound::Excluded(Value::TimeUuid(tid)));
+    let older = ReadQuery::new(&PAGE_RENDERS, page()).slice(older).columns(Vec::<&'static str>::new()).first(1);
+    if !store.read(&older).await?.rows.is_empty() {
+        return Ok(true);
+    }
+    if kind == Some("change") {
+        let latest = ReadQuery::new(&PAGE_RENDERS, page()).columns(Vec::<&'static str>::new()).first(1);
+        let latest_rev = store.read(&latest).await?.rows.first().and_then(|r| r.bigint(col::REV));
+        return Ok(latest_rev.is_some_and(|latest| latest > rev));
+    }
+    Ok(false)
 }
 
 /// Copies a refused row to the dead letters, marking it delivered in the same

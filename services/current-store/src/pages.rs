@@ -7,17 +7,18 @@
 //!   page, with the time it was stored. The first row is the latest render
 //!   (precedence is the clustering order, whatever order writes arrive in); a
 //!   superseded render stays a row, so a reader who saw it can fetch it by
-//!   (rev, tid), until it has been superseded for the grace period — then a
-//!   later write of the page, or the janitor's retention sweep, range-deletes
-//!   it. Nothing is copied when a render is superseded.
+//!   (rev, tid), until it has been superseded for the grace period — then the
+//!   janitor's retention sweep range-deletes it. Nothing is copied when a
+//!   render is superseded, and a write reads nothing before it writes.
 //! - `suppressed`: revisions never to be served again.
 //! - `outbox`: hand-offs to old-store (and change notices to the dependency
 //!   graph), written before the render becomes visible.
-//! - `domain_pages`: the dump index, a row per page written with its first
-//!   render.
+//! - `domain_pages`: the dump index, a row per page, written with every
+//!   render (the same row again, timestamped with the render).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::TryStreamExt;
@@ -32,16 +33,39 @@ use crate::error::PagesError;
 /// Render keys read per page of a listing.
 const GRACE_PAGE: u32 = 1000;
 
-/// Render keys a write reads: enough to find the retention boundary of a
-/// page re-rendered every few minutes; a page with more renders in its grace
-/// period is left to the janitor's retention sweep.
-pub(crate) const HEAD_ROWS: u32 = 64;
 use crate::render::{RenderBody, RenderId, StoredParts};
 
 /// `domain_pages`, the index of each domain's pages that dumps walk: a row
-/// is written with a page's first render, timestamped with it, and removed
-/// by the page's deletion (timestamped after its newest render).
+/// is written with each render, timestamped with it, and removed by the
+/// page's deletion (timestamped after its newest render), so a render written
+/// after a deletion brings it back.
 pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES, identities: false };
+
+/// The write time of a page's suppression flag (`has_suppressed_revs`):
+/// later than any write will ever carry, so that no delete of the page (a
+/// partition tombstone at its newest render's write) removes it, and a
+/// render of a suppressed revision written after the page was deleted and
+/// written again is still caught by the latest read.
+const SUPPRESSION_FLAG_WRITTEN_AT: i64 = 1 << 62;
+
+/// The static cell saying that the page `page` (domain, title) has a suppressed revision.
+fn suppression_flag(page: [Value; 2]) -> Upsert {
+    Upsert::new(&PAGE_RENDERS, page).set(col::HAS_SUPPRESSED_REVS, true).timestamp(SUPPRESSION_FLAG_WRITTEN_AT)
+}
+
+/// Flags every page with a suppressed revision (the flag is set by each
+/// suppression; suppressions made by code that predates it, before or
+/// during an upgrade, are flagged here). Idempotent; returns the pages.
+pub async fn flag_suppressed_pages(store: &Store) -> Result<u64, PagesError> {
+    let mut partitions = std::pin::pin!(store.partitions(revstore_storage::ScanQuery::new(&SUPPRESSED, 1000)));
+    let mut flagged = 0;
+    while let Some(partition) = partitions.try_next().await? {
+        let [domain @ Value::Text(_), title @ Value::Text(_)] = partition.key.as_slice() else { continue };
+        store.write(suppression_flag([domain.clone(), title.clone()])).await?;
+        flagged += 1;
+    }
+    Ok(flagged)
+}
 
 /// current-store's journal of changed pages: every render write records its
 /// page, so that the janitor's routine run visits only the pages written
@@ -57,14 +81,6 @@ pub struct Found {
     pub row: Row,
 }
 
-/// What a write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PutOutcome {
-    Created,
-    /// The same render (revision and tid) was already stored: nothing changed.
-    AlreadyStored,
-}
-
 /// Conditions a write must meet.
 #[derive(Debug, Clone, Default)]
 pub struct Preconditions {
@@ -72,6 +88,46 @@ pub struct Preconditions {
     pub if_match: Option<String>,
     /// `If-Unmodified-Since`: no render of the page is newer than this.
     pub if_unmodified_since: Option<SystemTime>,
+}
+
+impl Preconditions {
+    /// Whether any condition was sent: only then does a write read the page.
+    pub fn is_set(&self) -> bool {
+        self.if_match.is_some() || self.if_unmodified_since.is_some()
+    }
+}
+
+/// The revisions whose hand-off this instance has queued, each with the
+/// oldest render tid it queued one for. A render of a revision here with a
+/// tid no older queues none: a hand-off queued no later than its own render
+/// is durable. Anything else queues one again — a revision whose first
+/// render another instance wrote, a restart, an eviction, a render older
+/// than any queued — and the outbox drops the repeat when an older render
+/// of the revision is held (`outbox::repeats_an_earlier_row`); old-store takes any
+/// that gets through as a no-op.
+#[derive(Debug, Clone)]
+pub struct HandedOff(Arc<quick_cache::sync::Cache<(Domain, Title, RevId), Tid>>);
+
+/// Revisions remembered per instance, at about 100 bytes each.
+const HANDED_OFF_REVISIONS: usize = 100_000;
+
+impl Default for HandedOff {
+    fn default() -> Self {
+        HandedOff(Arc::new(quick_cache::sync::Cache::new(HANDED_OFF_REVISIONS)))
+    }
+}
+
+impl HandedOff {
+    /// Whether a render of this revision with this tid must queue a hand-off.
+    fn needs(&self, revision: &(Domain, Title, RevId), tid: Tid) -> bool {
+        self.0.get(revision).is_none_or(|queued| queued > tid)
+    }
+
+    /// A hand-off of this revision for a render with this tid is durable.
+    fn queued(&self, revision: (Domain, Title, RevId), tid: Tid) {
+        let oldest = self.0.get(&revision).map_or(tid, |queued| queued.min(tid));
+        self.0.insert(revision, oldest);
+    }
 }
 
 /// Where a listed render is held.
@@ -98,6 +154,8 @@ pub struct Pages {
     pub hand_off: bool,
     /// Queue a change notice for the dependency graph on each new revision.
     pub notify_graph: bool,
+    /// The revisions this instance has queued a hand-off for.
+    pub handed_off: HandedOff,
 }
 
 pub(crate) fn key(domain: &Domain, title: &Title) -> [Value; 2] {
@@ -123,10 +181,48 @@ impl Pages {
         Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT])).await?.is_some())
     }
 
-    /// The latest render of the latest revision: the page's first row.
+    /// The latest render of the latest revision: the page's first row, read
+    /// with the page's suppression flag. On a flagged page (one with a
+    /// suppressed revision, which a write does not check) the first render
+    /// whose revision is not suppressed.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(content_columns(columns));
-        found(self.store.read(&query).await?.rows.into_iter().next())
+        let mut wanted = content_columns(columns);
+        wanted.push(col::HAS_SUPPRESSED_REVS);
+        let page = self.store.read(&ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(wanted)).await?;
+        let flagged = page.statics.as_ref().and_then(|s| s.boolean(col::HAS_SUPPRESSED_REVS)).unwrap_or(false);
+        match found(page.rows.into_iter().next())? {
+            Some(first) if flagged => self.first_not_suppressed(domain, title, first, columns).await,
+            first => Ok(first),
+        }
+    }
+
+    /// From `first` (a render of a flagged page) down, the first render whose
+    /// revision is not suppressed: one read per suppressed revision passed.
+    async fn first_not_suppressed(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        first: Found,
+        columns: &[&'static str],
+    ) -> Result<Option<Found>, PagesError> {
+        let suppressed = self.suppressed_revisions(domain, title).await?;
+        let mut candidate = first;
+        while suppressed.contains(&candidate.id.rev) {
+            let older = Slice::all().upper(Bound::Excluded(Value::from(candidate.id.rev.as_i64())));
+            let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).slice(older).first(1).columns(content_columns(columns));
+            match found(self.store.read(&query).await?.rows.into_iter().next())? {
+                Some(next) => candidate = next,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(candidate))
+    }
+
+    /// Every suppressed revision of a page.
+    pub(crate) async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<BTreeSet<RevId>, PagesError> {
+        let query = ReadQuery::new(&SUPPRESSED, key(domain, title)).columns([col::SUPPRESSED_AT]).limit(GRACE_PAGE);
+        let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
+        Ok(rows.iter().filter_map(|r| r.bigint(col::REV)).filter_map(|r| RevId::new(r as u64).ok()).collect())
     }
 
     /// The latest render of a revision: the revision's first row.
@@ -173,17 +269,21 @@ impl Pages {
         found(row)
     }
 
-    /// Stores a render. See the module documentation for what is written where.
+    /// Stores a render without reading the page first (unless a
+    /// precondition is sent). See the module documentation and
+    /// docs/design/current-store-writes.md.
     ///
-    /// The write path (docs/design/current-store-writes.md): at once, whether the revision is suppressed and the keys of the
-    /// page's newest renders (no content); then, for a revision's first
-    /// render, the hand-off (and the change notice), durable before the render
-    /// can be seen; then one mutation of the page's partition: the render's row
-    /// and the range deletes of every render superseded for longer than the
-    /// grace period that the keys read show. Every write is idempotent
-    /// (explicit keys and timestamps): a failure between the two leaves a
-    /// hand-off old-store takes as a duplicate, and the client's retry
-    /// completes the write.
+    /// Two stages. First, durable before the render can be seen: the page's
+    /// journal entry (the janitor's retention sweep visits the page once the
+    /// grace period has passed), its row in the dump index (so a page deleted
+    /// and written again comes back), and — unless this instance has already
+    /// queued one for the revision with a render no newer ([`HandedOff`]) —
+    /// the revision's hand-off to old-store and its change notice. Then the
+    /// render's row, one INSERT. Suppression is not checked: readers do. Nothing is deleted here: what the render supersedes stays
+    /// for the grace period and is removed by the retention sweep. Every
+    /// write is idempotent (explicit keys), so a retry after a failure
+    /// anywhere completes the write, and a repeated write answers as the
+    /// first did.
     pub async fn put(
         &self,
         domain: &Domain,
@@ -191,42 +291,26 @@ impl Pages {
         id: RenderId,
         body: &RenderBody,
         pre: &Preconditions,
-    ) -> Result<PutOutcome, PagesError> {
+    ) -> Result<(), PagesError> {
         body.validate()?;
         id.tid.check_render_time(self.store.now())?;
-        let (suppressed, head) = tokio::try_join!(self.is_suppressed(domain, title, id.rev), self.head(domain, title))?;
-        if suppressed {
-            return Err(PagesError::Suppressed { rev: id.rev.get(), title: title.to_string() });
-        }
-        check_preconditions(pre, head.first().map(|h| h.id))?;
-        let head_is_whole = head.len() < HEAD_ROWS as usize;
-        let beyond_head = !head_is_whole && head.last().is_some_and(|last| last.id.is_newer_than(&id));
-        if head.iter().any(|h| h.id == id) || (beyond_head && self.find_tid(domain, title, id.rev, id.tid, &[]).await?.is_some()) {
-            return Ok(PutOutcome::AlreadyStored);
+        if pre.is_set() {
+            let latest = self.latest(domain, title, &[]).await?.map(|found| found.id);
+            check_preconditions(pre, latest)?;
         }
         let [d, t] = key(domain, title);
-        let first_of_revision = match head.iter().any(|h| h.id.rev == id.rev) {
-            true => false,
-            false if beyond_head && head.last().is_some_and(|last| last.id.rev > id.rev) => {
-                self.find_rev(domain, title, id.rev, &[]).await?.is_none()
-            }
-            false => true,
-        };
-        let becomes_latest = head.first().is_none_or(|latest| id.is_newer_than(&latest.id));
-
         let parts = StoredParts::encode(body);
-        // The janitor's routine run visits the page once this render's
-        // predecessor is due for removal.
-        let mut durable_first: Vec<Write> = vec![journal(&self.store).entry(&[d.clone(), t.clone()])];
-        // A page's first render (or its first since the page was deleted)
-        // enters the dump index before it can be seen.
-        if head.is_empty() {
-            durable_first.push(PAGE_INDEX.row(domain, title, id.tid).into());
-        }
-        if first_of_revision && self.hand_off {
+        // Timestamped when stored, not with the render's time: no delete made
+        // before this write shadows it, whatever its tid (see `behind`).
+        let now = self.store.now_micros();
+        let mut durable_first: Vec<Write> =
+            vec![journal(&self.store).entry(&[d.clone(), t.clone()]), PAGE_INDEX.row_written_at(domain, title, id.tid, now).into()];
+        let revision = (domain.clone(), title.clone(), id.rev);
+        let queue_hand_off = self.handed_off.needs(&revision, id.tid);
+        if queue_hand_off && self.hand_off {
             durable_first.push(self.outbox("archive", domain, title, id, parts.handoff_payload()).into());
         }
-        if first_of_revision && becomes_latest && self.notify_graph {
+        if queue_hand_off && self.notify_graph {
             let notice = revstore_api::ChangeNotice {
                 page: title.as_str().to_owned(),
                 kind: revstore_api::ChangeKind::Modification,
@@ -237,25 +321,19 @@ impl Pages {
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
-        let now = self.store.now_micros();
-        let mut becoming_visible: Vec<Write> = vec![
-            Upsert::new(&PAGE_RENDERS, [d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)])
-                .set(col::STORED_AT, Value::Timestamp(now / 1000))
-                .set(col::HTML, parts.html)
-                .set(col::DATA_PARSOID, parts.data_parsoid)
-                .set(col::SECTION_OFFSETS, parts.section_offsets)
-                .timestamp(id.tid.unix_micros())
-                .into(),
-        ];
-        // Only a render that sorts above the boundary moves it: one that
-        // arrives late, behind it, deletes nothing (and is not deleted here).
-        if let Some(boundary) = retention_boundary(&head, self.retention_cutoff(now))
-            && id.is_newer_than(&boundary)
-        {
-            becoming_visible.extend(self.behind(domain, title, boundary, &head, now));
+        // A suppressed revision's render is stored like any other and never
+        // served (readers check suppression); its hand-off old-store skips.
+        let render = Upsert::new(&PAGE_RENDERS, [d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)])
+            .set(col::STORED_AT, Value::Timestamp(now / 1000))
+            .set(col::HTML, parts.html)
+            .set(col::DATA_PARSOID, parts.data_parsoid)
+            .set(col::SECTION_OFFSETS, parts.section_offsets)
+            .timestamp(now);
+        self.store.apply_in_stages(vec![durable_first, vec![render.into()]]).await?;
+        if queue_hand_off {
+            self.handed_off.queued(revision, id.tid);
         }
-        self.store.apply_in_stages(vec![durable_first, becoming_visible]).await?;
-        Ok(PutOutcome::Created)
+        Ok(())
     }
 
     /// Renders stored at or before this time (microseconds) superseded
@@ -264,28 +342,27 @@ impl Pages {
         now_micros - (self.grace + self.clock_skew).as_micros() as i64
     }
 
-    /// The keys of a page's newest renders, with when each was stored.
-    async fn head(&self, domain: &Domain, title: &Title) -> Result<Vec<Held>, PagesError> {
-        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).columns([col::STORED_AT]).first(HEAD_ROWS);
-        self.store.read(&query).await?.rows.iter().map(held).collect()
-    }
-
     /// The range deletes of every render older than `boundary` in `rows` (a
-    /// page's keys, newest first): `rev < boundary.rev`, and the renders of
+    /// page's keys, newest first, every one behind the boundary stored before
+    /// the retention cutoff): `rev < boundary.rev`, and the renders of
     /// `boundary.rev` older than it — only where there is something there, so
-    /// that a quiet page gathers no tombstones. Timestamped `now`, after
-    /// every deleted row's write (its tid's time, at most the boundary's storing time).
-    pub(crate) fn behind(&self, domain: &Domain, title: &Title, boundary: RenderId, rows: &[Held], now: i64) -> Vec<Write> {
+    /// that a quiet page gathers no tombstones. Each is timestamped just after
+    /// the newest write of the rows it removes, not now: a render stored
+    /// after this sweep (a late write sorting behind the boundary, whatever
+    /// its tid) carries a later timestamp and stays readable for its own
+    /// grace period.
+    pub(crate) fn behind(&self, domain: &Domain, title: &Title, boundary: RenderId, rows: &[Held]) -> Vec<Write> {
         let [d, t] = key(domain, title);
         let r = Value::from(boundary.rev.as_i64());
+        let after_newest = |removed: &mut dyn Iterator<Item = &Held>| removed.map(|h| h.written_at() + 1).max();
         let mut deletes = Vec::new();
-        if rows.iter().any(|h| h.id.rev < boundary.rev) {
+        if let Some(at) = after_newest(&mut rows.iter().filter(|h| h.id.rev < boundary.rev)) {
             let older = Slice::all().upper(Bound::Excluded(r.clone()));
-            deletes.push(Delete::range(&PAGE_RENDERS, [d.clone(), t.clone()], older).timestamp(now).into());
+            deletes.push(Delete::range(&PAGE_RENDERS, [d.clone(), t.clone()], older).timestamp(at).into());
         }
-        if rows.iter().any(|h| h.id.rev == boundary.rev && boundary.is_newer_than(&h.id)) {
+        if let Some(at) = after_newest(&mut rows.iter().filter(|h| h.id.rev == boundary.rev && boundary.is_newer_than(&h.id))) {
             let older = Slice::prefix([r]).upper(Bound::Excluded(Value::from(boundary.tid)));
-            deletes.push(Delete::range(&PAGE_RENDERS, [d, t], older).timestamp(now).into());
+            deletes.push(Delete::range(&PAGE_RENDERS, [d, t], older).timestamp(at).into());
         }
         deletes
     }
@@ -343,11 +420,11 @@ impl Pages {
     }
 
     /// Removes all of a page's content held here: one partition tombstone,
-    /// after every write of what is held (a row carries its tid's time), even
-    /// renders whose tid is ahead of this clock.
+    /// after every write of what is held (see [`Held::written_at`]), even
+    /// one from a clock ahead of this one.
     pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
-        let at = match self.head(domain, title).await?.first() {
-            Some(latest) => (latest.id.tid.unix_micros() + 1).max(self.store.now_micros()),
+        let at = match self.latest(domain, title, &[col::STORED_AT]).await? {
+            Some(latest) => (held(&latest.row)?.written_at() + 1).max(self.store.now_micros()),
             None => self.store.now_micros(),
         };
         let writes: Vec<Write> =
@@ -357,17 +434,19 @@ impl Pages {
     }
 
     /// Hides a revision: recorded as suppressed (checked on every read, so it is
-    /// never served again, also not through the old-store fallback), its
-    /// renders removed here, and the suppression queued for old-store.
+    /// never served again, also not through the old-store fallback), the page
+    /// flagged (so that its latest read checks), its renders removed here,
+    /// and the suppression queued for old-store.
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
         let [d, t] = key(domain, title);
         let r = Value::from(rev.as_i64());
         let now_ms = revstore_keys::time::millis(self.store.now());
         let of_rev = self.all_held(domain, title, Slice::prefix([r.clone()])).await?;
-        let at = of_rev.iter().map(|h| h.id.tid.unix_micros() + 1).fold(self.store.now_micros(), i64::max);
+        let at = of_rev.iter().map(|h| h.written_at() + 1).fold(self.store.now_micros(), i64::max);
         let mut writes: Vec<Write> = vec![
             Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
             Delete::range(&PAGE_RENDERS, [d, t], Slice::prefix([r])).timestamp(at).into(),
+            suppression_flag(key(domain, title)).into(),
         ];
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
@@ -386,22 +465,21 @@ pub(crate) struct Held {
     pub stored_at: i64,
 }
 
+impl Held {
+    /// The newest timestamp the row's cells can carry: its storing time, to
+    /// the end of the millisecond `stored_at` keeps (rows written before
+    /// writes were timestamped when stored carry their tid's time, which can
+    /// be later).
+    pub fn written_at(&self) -> i64 {
+        (self.stored_at + 999).max(self.id.tid.unix_micros())
+    }
+}
+
 pub(crate) fn held(row: &Row) -> Result<Held, PagesError> {
     let id = render_id(row)?;
     // A row without a storing time (none is written so) counts as stored at its render time.
     let stored_at = row.timestamp(col::STORED_AT).map_or(id.tid.unix_micros(), |ms| ms * 1000);
     Ok(Held { id, stored_at })
-}
-
-/// The newest render of `rows` (a page's keys, newest first) stored at or
-/// before `cutoff`: every render older than it was superseded no later than
-/// it was stored, so for longer than the grace period. None when no render
-/// is that old, or when one stored after the cutoff sorts behind it (a late
-/// write a reader may just have fetched: the janitor deletes such pages row
-/// by row).
-pub(crate) fn retention_boundary(rows: &[Held], cutoff: i64) -> Option<RenderId> {
-    let at = rows.iter().position(|h| h.stored_at <= cutoff)?;
-    rows[at + 1..].iter().all(|h| h.stored_at <= cutoff).then_some(rows[at].id)
 }
 
 /// The content columns of a read (the key columns always come back).

@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 
 use crate::dump::{Dump, DumpParts};
 use crate::outbox::{self, DeadLetter, DeadLetterCursor};
-use crate::pages::{Found, HeldRender, Pages, Preconditions, PutOutcome, rendered_at};
+use crate::pages::{Found, HeldRender, Pages, Preconditions, rendered_at};
 use crate::render::{RenderBody, RenderId, SERVED, column, columns, decode_part};
 use revstore_service::dump::{DumpPacer, DumpQuery, ndjson_answer};
 
@@ -209,26 +209,27 @@ struct Stored {
     stored: bool,
 }
 
-fn written(outcome: PutOutcome, domain: &Domain, title: &Title, id: RenderId) -> Result<Response, ApiError> {
-    let status = match outcome {
-        PutOutcome::Created => StatusCode::CREATED,
-        PutOutcome::AlreadyStored => StatusCode::OK,
-    };
+/// A stored render's answer: 201, the same for a repeated write of the same
+/// render (the write does not read what is there).
+fn written(domain: &Domain, title: &Title, id: RenderId) -> Result<Response, ApiError> {
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, HeaderValue::from_str(&id.etag()).map_err(ApiError::internal)?);
     let location = paths::page_render(domain.as_str(), Selection::Part(Part::Html), title.as_str(), id.rev.get(), &id.tid.to_string());
     headers.insert(header::LOCATION, HeaderValue::from_str(&location).map_err(ApiError::internal)?);
-    let body = Stored { rev: id.rev.get(), tid: id.tid.to_string(), stored: outcome == PutOutcome::Created };
-    Ok((status, headers, Json(body)).into_response())
+    let body = Stored { rev: id.rev.get(), tid: id.tid.to_string(), stored: true };
+    Ok((StatusCode::CREATED, headers, Json(body)).into_response())
 }
 
-/// Store a render with the renderer's tid (idempotent).
+/// Store a render with the renderer's tid (idempotent: a repeated write answers
+/// 201 as the first did). The write reads nothing unless `If-Match` or
+/// `If-Unmodified-Since` is sent; a render of a suppressed revision is stored
+/// and never served.
 #[utoipa::path(put, path = "/{domain}/v1/page/{title}/{rev}/{tid}", request_body = RenderBody,
     params(("domain" = String, Path), ("title" = String, Path, description = "percent-encoded"), ("rev" = u64, Path), ("tid" = String, Path, description = "time-based UUID"),
         ("If-Match" = Option<String>, Header, description = "ETag of the latest render this one is based on"),
         ("If-Unmodified-Since" = Option<String>, Header, description = "no render of the page may be newer")),
-    responses((status = 201, description = "stored; ETag \"rev/tid\""), (status = 200, description = "already stored"),
-        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem), (status = 412, body = Problem)),
+    responses((status = 201, description = "stored (also when the same render was stored before); ETag \"rev/tid\""),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 412, body = Problem)),
     security(("bearer" = [])))]
 async fn put_render(
     _: WriteAccess,
@@ -239,15 +240,15 @@ async fn put_render(
 ) -> Result<Response, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::parse(&tid)? };
-    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
-    written(outcome, &domain, &title, id)
+    state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
+    written(&domain, &title, id)
 }
 
 /// Store a render; the service assigns its tid.
 #[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}", request_body = RenderBody,
     params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
     responses((status = 201, description = "stored; ETag and Location name the render"), (status = 400, body = Problem), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 409, body = Problem, description = "the revision is suppressed"), (status = 412, body = Problem)),
+        (status = 403, body = Problem), (status = 412, body = Problem)),
     security(("bearer" = [])))]
 async fn post_render(
     _: WriteAccess,
@@ -258,8 +259,8 @@ async fn post_render(
 ) -> Result<Response, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
     let id = RenderId { rev: RevId::parse(&rev)?, tid: Tid::now() };
-    let outcome = state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
-    written(outcome, &domain, &title, id)
+    state.pages.put(&domain, &title, id, &body, &preconditions(&headers)?).await?;
+    written(&domain, &title, id)
 }
 
 /// `POST /{domain}/v1/page/title/{rev}` and `…/page/revisions/{rev}`: a render

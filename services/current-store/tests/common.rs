@@ -2,8 +2,12 @@
 
 #![allow(dead_code, missing_debug_implementations)]
 
-use revstore_current_store::CurrentStore;
+use std::sync::Arc;
+use std::time::Duration;
+
 use revstore_current_store::RenderBody;
+use revstore_current_store::{CurrentStore, Pages};
+use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, Store};
 pub use revstore_test_service::{Engine, Service};
 
 pub const TOKEN: &str = "current-store-test-token";
@@ -38,4 +42,31 @@ pub async fn start(change: impl FnOnce(&mut Settings)) -> Service {
 /// Starts current-store on the embedded engine in `data_dir`.
 pub async fn start_in(data_dir: &std::path::Path, change: impl FnOnce(&mut Settings)) -> Service {
     revstore_test_service::start_in(data_dir, Settings::new(TOKEN).with(change)).await
+}
+
+/// A migrated embedded store in `dir` whose clock is `clock`.
+pub async fn store_on_clock(dir: &std::path::Path, clock: &ManualClock) -> Store {
+    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
+    let store = Store::new(Arc::new(EmbeddedEngine::open(dir, options).expect("open")));
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    store
+}
+
+/// current-store's pages over `store`, keeping superseded renders `grace`,
+/// handing nothing off.
+pub fn pages_keeping(store: Store, grace: Duration) -> Pages {
+    Pages { store, grace, clock_skew: Duration::ZERO, hand_off: false, notify_graph: false, handed_off: Default::default() }
+}
+
+/// The janitor's retention sweep over every page, to the end.
+pub async fn run_retention(pages: &Pages) {
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let retention = sweeps
+        .iter()
+        .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)
+        .expect("a retention sweep");
+    let mut at = revstore_service::janitor_admin::SweepPosition::start_of(0);
+    while let Some(next) = retention.step(at, 100, false).await.expect("retention step").next {
+        at = next;
+    }
 }

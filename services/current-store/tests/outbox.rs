@@ -4,18 +4,18 @@
 //! sent twice, and a stopped replica's shards taken over at once.
 //!
 //! The receiver is a minimal HTTP endpoint speaking old-store's archive write
-//! and counting what it was sent.
+//! (and the graph's change notices) and counting what it was sent.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, State};
-use axum::routing::put;
-use revstore_client::{ClientOptions, HttpClient, OldStoreClient};
+use axum::routing::{post, put};
+use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
 use revstore_current_store::testing::{Delivery, Receivers, outbox_minute, outbox_shard};
-use revstore_current_store::{RenderBody, StoredParts};
-use revstore_keys::{Domain, Tid, TidGenerator, Title};
+use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId, StoredParts};
+use revstore_keys::{Domain, RevId, Tid, TidGenerator, Title};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
 use revstore_service::worker::Worker;
 use revstore_storage::{EmbeddedEngine, EmbeddedOptions, ManualClock, ReadQuery, Site, Store, Upsert, Value};
@@ -44,6 +44,36 @@ async fn receiver() -> (Receivers, Received) {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let client = HttpClient::new(&url, ClientOptions::default()).expect("client");
     (Receivers { old_store: Some(OldStoreClient::new(client)), graph: None }, received)
+}
+
+/// What a receiver of both kinds was sent: each render archived, as (title,
+/// rev, tid), and each change notice's page.
+#[derive(Debug, Default)]
+struct Sent {
+    archived: Vec<(String, u64, String)>,
+    notices: Vec<String>,
+}
+
+/// Receivers of hand-offs and change notices on a free port, and what they were sent.
+async fn receivers_of_both() -> (Receivers, Arc<Mutex<Sent>>) {
+    let sent: Arc<Mutex<Sent>> = Arc::default();
+    let archived = |State(sent): State<Arc<Mutex<Sent>>>, Path((_domain, title, rev, tid)): Path<(String, String, u64, String)>| async move {
+        sent.lock().expect("lock").archived.push((title, rev, tid));
+        http::StatusCode::CREATED
+    };
+    let noticed = |State(sent): State<Arc<Mutex<Sent>>>, axum::Json(notice): axum::Json<serde_json::Value>| async move {
+        sent.lock().expect("lock").notices.push(notice["page"].as_str().unwrap_or_default().to_owned());
+        http::StatusCode::ACCEPTED
+    };
+    let app = axum::Router::new()
+        .route("/{domain}/v1/archive/{title}/{rev}/{tid}", put(archived))
+        .route("/{domain}/v1/changes", post(noticed))
+        .with_state(sent.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = || HttpClient::new(&url, ClientOptions::default()).expect("client");
+    (Receivers { old_store: Some(OldStoreClient::new(client())), graph: Some(GraphClient::new(client())) }, sent)
 }
 
 /// A migrated embedded store on `clock`.
@@ -241,4 +271,67 @@ async fn a_lapsed_replicas_shards_are_taken_over_without_sending_a_row_again() {
     for i in 0..20u64 {
         assert_eq!(got.get(&(format!("Sent_{i}"), 1)), Some(&1), "Sent_{i} sent once, not again by the successor: {got:?}");
     }
+}
+
+/// Writers queue a revision's hand-off without reading the page, so each
+/// instance queues one for a revision it has not itself handed off, and one
+/// again for a render older than any it queued. The delivery sends each
+/// revision's oldest render once, and a change notice only for the page's
+/// newest revision: every other row is a repeat, marked delivered unsent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_writers_hand_off_each_revision_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, sent) = receivers_of_both().await;
+    let instance = || Pages {
+        store: store.clone(),
+        grace: Duration::from_secs(86_400),
+        clock_skew: Duration::ZERO,
+        hand_off: true,
+        notify_graph: true,
+        handed_off: Default::default(),
+    };
+    let (a, b) = (instance(), instance());
+    let domain = Domain::parse("en.wikipedia.org").expect("domain");
+    let title = Title::parse("Blind", Default::default()).expect("title");
+    let generator = TidGenerator::new();
+    let now = store.now();
+    let tids: Vec<Tid> = (0..6).map(|i| generator.next_at(now - Duration::from_secs(60 - 10 * i))).collect();
+    let id = |rev: u64, tid: Tid| RenderId { rev: RevId::new(rev).expect("rev"), tid };
+    let body = |n: usize| RenderBody {
+        html: format!("<p>render {n}</p>"),
+        data_parsoid: serde_json::json!({}),
+        section_offsets: serde_json::json!({}),
+    };
+    let minute = outbox_minute(Tid::min_at(now));
+    let minutes = [minute - 1, minute, minute + 1];
+
+    let writes = [
+        (&a, id(7, tids[2]), 2, 2), // the first render of 7 this instance writes: a hand-off and a notice
+        (&a, id(7, tids[3]), 3, 0), // a re-render: nothing
+        (&b, id(7, tids[4]), 4, 2), // another instance's: a repeat
+        (&a, id(7, tids[1]), 1, 2), // older than the one queued: queued again, the one that goes
+        (&b, id(8, tids[5]), 5, 2), // a new revision
+        (&a, id(6, tids[0]), 0, 2), // a late first render of an older revision
+    ];
+    let mut expected = 0;
+    for (instance, render, n, rows) in writes {
+        instance.put(&domain, &title, render, &body(n), &Preconditions::default()).await.expect("put");
+        expected += rows;
+        assert_eq!(rows_left(&store, &minutes).await, expected, "rows queued after writing {render:?}");
+    }
+
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+    round(&mut delivery).await;
+    let sent = sent.lock().expect("lock");
+    let mut archived = sent.archived.clone();
+    archived.sort();
+    let archived_as = |rev: u64, tid: Tid| ("Blind".to_owned(), rev, tid.to_string());
+    assert_eq!(
+        archived,
+        vec![archived_as(6, tids[0]), archived_as(7, tids[1]), archived_as(8, tids[5])],
+        "each revision's oldest render, once"
+    );
+    assert_eq!(sent.notices, vec!["Blind".to_owned()], "one notice: the newest revision's");
 }

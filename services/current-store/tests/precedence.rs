@@ -110,7 +110,14 @@ async fn replay(pages: &Pages, title: &Title) {
 }
 
 fn pages_over(store: Store) -> Pages {
-    Pages { store, grace: Duration::from_secs(86_400), clock_skew: Duration::ZERO, hand_off: true, notify_graph: false }
+    Pages {
+        store,
+        grace: Duration::from_secs(86_400),
+        clock_skew: Duration::ZERO,
+        hand_off: true,
+        notify_graph: false,
+        handed_off: Default::default(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,11 +147,8 @@ async fn precedence_holds_in_any_order_cassandra() {
 async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::starting_now();
-    let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
-    let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
-    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let pages =
-        Pages { store: store.clone(), grace: Duration::from_secs(3600), clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
+    let store = common::store_on_clock(dir.path(), &clock).await;
+    let pages = common::pages_keeping(store.clone(), Duration::from_secs(3600));
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
     let html = common::anarchism_html();
@@ -164,41 +168,75 @@ async fn superseded_renders_stay_for_the_grace_period_and_then_go() {
     put(r1, 0).await;
     put(r2, 1).await; // supersedes r1 now: r1 must stay an hour
     clock.advance_secs(3000);
-    run_retention(&pages).await;
+    common::run_retention(&pages).await;
     assert_eq!(by_tid(r1).await, Some(r1), "superseded render gone before the grace period ended");
     clock.advance_secs(700);
     assert_eq!(by_tid(r1).await, Some(r1), "held until retention removes it");
 
-    put(r3, 2).await; // a new revision supersedes r2: its write removes r1, superseded for longer than the grace period
-    assert_eq!(by_tid(r1).await, None, "a write left behind it a render superseded past the grace period");
-    assert_eq!(by_tid(r2).await, Some(r2), "a write removed the render it supersedes");
+    put(r3, 2).await; // a new revision supersedes r2; a write deletes nothing
+    assert_eq!(by_tid(r1).await, Some(r1), "a write deleted a render");
+    common::run_retention(&pages).await; // r1 has been superseded for longer than the grace period
+    assert_eq!(by_tid(r1).await, None, "retention left a render superseded past the grace period");
+    assert_eq!(by_tid(r2).await, Some(r2), "retention removed the render just superseded");
     clock.advance_secs(3500);
-    run_retention(&pages).await;
+    common::run_retention(&pages).await;
     assert_eq!(pages.of_rev(&domain, &title, r2.rev, &["tid"]).await.expect("read").map(|f| f.id), Some(r2));
     assert_eq!(by_tid(r2).await, Some(r2), "the grace period counts from the supersession, not from r2's own write");
     clock.advance_secs(200);
-    run_retention(&pages).await;
+    common::run_retention(&pages).await;
     assert_eq!(pages.of_rev(&domain, &title, r2.rev, &["tid"]).await.expect("read").map(|f| f.id), None);
     assert_eq!(by_tid(r2).await, None, "retention left a render superseded past the grace period");
     assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(r3), "the latest render stays");
     assert_eq!(pages.held(&domain, &title).await.expect("held").len(), 1);
 }
 
-/// The janitor's retention sweep over every page, to the end.
-async fn run_retention(pages: &Pages) {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
-    let retention = sweeps
-        .iter()
-        .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)
-        .expect("a retention sweep");
-    let mut at = revstore_service::janitor_admin::SweepPosition::start_of(0);
-    loop {
-        let stepped = retention.step(at, 100, false).await.expect("retention step");
-        match stepped.next {
-            Some(next) => at = next,
-            None => return,
-        }
-    }
+/// A late write — a render that sorts behind one stored more than the grace
+/// period ago, arriving after the retention sweep removed what was behind
+/// that one, with a tid older than the sweep — is readable from its write
+/// for its own grace period, like any superseded render, and then removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_behind_a_swept_boundary_is_readable_for_its_grace_period() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = common::store_on_clock(dir.path(), &clock).await;
+    let pages = common::pages_keeping(store.clone(), Duration::from_secs(3600));
+    let (domain, title) =
+        (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
+    let html = common::anarchism_html();
+    let generator = TidGenerator::new();
+    let start = store.now();
+    let id = |rev: u64, at: SystemTime| RenderId { rev: RevId::new(rev).expect("rev"), tid: generator.next_at(at) };
+    let (old, late, new) = (id(5, start - Duration::from_secs(600)), id(5, start - Duration::from_secs(300)), id(6, start));
+    let put = |rid: RenderId, n: usize| {
+        let (pages, domain, title, body) = (pages.clone(), domain.clone(), title.clone(), common::render(&html[n], n as u64));
+        async move { pages.put(&domain, &title, rid, &body, &Preconditions::default()).await.expect("put") }
+    };
+    let by_tid = |rid: RenderId| {
+        let (pages, domain, title) = (pages.clone(), domain.clone(), title.clone());
+        async move { pages.of_tid(&domain, &title, rid.rev, rid.tid, &["tid"]).await.expect("read").map(|f| f.id) }
+    };
+
+    put(old, 0).await;
+    put(new, 1).await;
+    clock.advance_secs(3601);
+    common::run_retention(&pages).await;
+    assert_eq!(by_tid(old).await, None, "the sweep left a render superseded past the grace period");
+
+    // Between the two in time, behind `new` by revision, written after the sweep.
+    put(late, 2).await;
+    assert_eq!(by_tid(late).await, Some(late), "a late write acknowledged and then unreadable");
+    let held = pages.held(&domain, &title).await.expect("held");
+    assert_eq!(
+        held.iter().map(|h| (h.tid.clone(), h.held_in)).collect::<Vec<_>>(),
+        [(new.tid.to_string(), "current"), (late.tid.to_string(), "grace")]
+    );
+    clock.advance_secs(3500);
+    common::run_retention(&pages).await;
+    assert_eq!(by_tid(late).await, Some(late), "a late write removed before its own grace period ended");
+    clock.advance_secs(101);
+    common::run_retention(&pages).await;
+    assert_eq!(by_tid(late).await, None, "a late write kept past its grace period");
+    assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("read").map(|f| f.id), Some(new));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,7 +246,7 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     let keyspace = TestKeyspace::new("grace");
     let store = Store::new(Arc::new(keyspace.connect().await));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let pages = Pages { store, grace: Duration::from_secs(4), clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
+    let pages = common::pages_keeping(store, Duration::from_secs(4));
     let (domain, title) =
         (Domain::parse("en.wikipedia.org").expect("domain"), Title::parse("Anarchism", TitleRules::default()).expect("title"));
     let html = common::anarchism_html();
@@ -230,7 +268,7 @@ async fn superseded_renders_stay_for_the_grace_period_cassandra() {
     // Waits for the state, not a guessed time: r1 stays until the grace period
     // after its supersession ends, and the retention sweep then removes it.
     loop {
-        run_retention(&pages).await;
+        common::run_retention(&pages).await;
         match by_tid(r1).await {
             Some(found) => assert_eq!(found, r1),
             None => break,
@@ -339,8 +377,7 @@ async fn a_write_cut_between_its_stages_is_invisible_and_its_retry_completes_it(
         assert!(pages.of_rev(&domain, &title, new.rev, &["tid"]).await.expect("of_rev").is_none());
 
         // The retry completes it; the render it supersedes is in its grace period.
-        let retried = pages.put(&domain, &title, new, &body, &Preconditions::default()).await.expect("retry");
-        assert_eq!(retried, revstore_current_store::PutOutcome::Created);
+        pages.put(&domain, &title, new, &body, &Preconditions::default()).await.expect("retry");
         assert_eq!(pages.latest(&domain, &title, &["tid"]).await.expect("latest").map(|f| f.id), Some(new));
         assert_eq!(pages.of_tid(&domain, &title, old.rev, old.tid, &["tid"]).await.expect("of_tid").map(|f| f.id), Some(old));
         assert_eq!(pages.of_rev(&domain, &title, old.rev, &["tid"]).await.expect("of_rev").map(|f| f.id), Some(old));

@@ -27,7 +27,14 @@ async fn fixture() -> Fixture {
     let options = EmbeddedOptions { clock: Arc::new(clock.clone()), ..EmbeddedOptions::default() };
     let store = Store::new(Arc::new(EmbeddedEngine::open(dir.path(), options).expect("open")));
     store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
-    let pages = Pages { store: store.clone(), grace: GRACE, clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
+    let pages = Pages {
+        store: store.clone(),
+        grace: GRACE,
+        clock_skew: Duration::ZERO,
+        hand_off: false,
+        notify_graph: false,
+        handed_off: Default::default(),
+    };
     Fixture { _dir: dir, clock, store, pages, domain: Domain::parse("en.wikipedia.org").expect("domain") }
 }
 

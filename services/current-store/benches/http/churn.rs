@@ -3,7 +3,7 @@
 //! pages each rendered R times through the service, a new revision every
 //! third render; then (after `nodetool flush` when `--nodetool CMD` is given)
 //! every page's reads traced — the latest, a superseded render by revision
-//! and by tid, a write's read of the page's keys — with the live rows and
+//! and by tid — with the live rows and
 //! tombstones each met, and each table's size on disk.
 
 #![allow(clippy::print_stdout)]
@@ -82,19 +82,17 @@ pub fn print(traced: Vec<String>) {
 }
 
 /// Every churned page's reads, traced, in `page_renders`: the latest render,
-/// the newest superseded render by revision and by tid, and the read before a
-/// write (the page's newest 64 keys). A row per read: mean live rows, mean
-/// and max tombstones.
+/// and the newest superseded render by revision and by tid (a write reads
+/// nothing). A row per read: mean live rows, mean and max tombstones.
 async fn traced_reads(session: &Session, keyspace: &str, titles: &[String]) -> Vec<String> {
     let prepare = |cql: String| async move { session.prepare(cql).await.expect("prepare a traced read") };
     let table = format!("\"{keyspace}\".page_renders");
     let latest = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? LIMIT 1")).await;
     let keys_of = prepare(format!("SELECT rev, tid FROM {table} WHERE domain = ? AND title = ? LIMIT 2")).await;
-    let head = prepare(format!("SELECT rev, tid, stored_at FROM {table} WHERE domain = ? AND title = ? LIMIT 64")).await;
     let of_rev = prepare(format!("SELECT tid, html FROM {table} WHERE domain = ? AND title = ? AND rev = ? LIMIT 1")).await;
     let by_tid = prepare(format!("SELECT html FROM {table} WHERE domain = ? AND title = ? AND rev = ? AND tid = ?")).await;
-    let kinds = ["latest", "superseded, by revision", "superseded, by tid", "before a write"];
-    let mut service = vec![Vec::<ReadCost>::new(); 4];
+    let kinds = ["latest", "superseded, by revision", "superseded, by tid"];
+    let mut service = vec![Vec::<ReadCost>::new(); kinds.len()];
     let domain = "en.wikipedia.org";
     for title in titles {
         let keys = session.execute_unpaged(&keys_of, (domain, title)).await.expect("renders").into_rows_result().expect("rows");
@@ -104,7 +102,6 @@ async fn traced_reads(session: &Session, keyspace: &str, titles: &[String]) -> V
                 traced_read(session, &latest, (domain, title)).await.expect("trace"),
                 traced_read(session, &of_rev, (domain, title, rev)).await.expect("trace"),
                 traced_read(session, &by_tid, (domain, title, rev, tid)).await.expect("trace"),
-                traced_read(session, &head, (domain, title)).await.expect("trace"),
             ];
             for (k, cost) in costs.into_iter().enumerate() {
                 service[k].push(cost);

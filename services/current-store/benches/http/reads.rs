@@ -107,7 +107,14 @@ pub async fn at_saturation(bench: &Bench) -> (String, f64) {
 /// Phase 3: the same reads through the service's own code on `store`, no HTTP:
 /// the row and the reads per second.
 pub async fn from_the_store(bench: &Bench, store: Store) -> (String, f64) {
-    let pages = Pages { store, grace: Duration::from_secs(86_400), clock_skew: Duration::ZERO, hand_off: false, notify_graph: false };
+    let pages = Pages {
+        store,
+        grace: Duration::from_secs(86_400),
+        clock_skew: Duration::ZERO,
+        hand_off: false,
+        notify_graph: false,
+        handed_off: Default::default(),
+    };
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     let (per_second, latencies) = saturate(CONCURRENCY, bench.seconds, {
         let titles = bench.titles.clone();

@@ -67,7 +67,14 @@ impl Controls {
         let insert = session.prepare(format!("INSERT INTO \"{}\".plain_kv (key, value) VALUES (?, ?)", bench.keyspace)).await;
         let options = CassandraOptions::new([bench.node.clone()], bench.keyspace.clone());
         let store = revstore_storage::open(StorageSettings::Cassandra(options)).await.expect("open the store in-process");
-        let pages = Arc::new(Pages { store, grace: bench.grace, clock_skew: Duration::ZERO, hand_off: true, notify_graph: false });
+        let pages = Arc::new(Pages {
+            store,
+            grace: bench.grace,
+            clock_skew: Duration::ZERO,
+            hand_off: true,
+            notify_graph: false,
+            handed_off: Default::default(),
+        });
         let loads = bench.titles.iter().enumerate().map(|(i, t)| {
             let (pages, html) = (pages.clone(), &bench.html);
             async move { in_process_put(&pages, t, 1, &body(&html[i % html.len()], 0)).await.expect("load in-process") }
@@ -244,6 +251,7 @@ pub async fn check_precedence(store: &Store, titles: &[String], newest_rev: u64)
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
+        handed_off: Default::default(),
     };
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     for t in titles.iter().take(20) {
