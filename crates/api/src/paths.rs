@@ -44,6 +44,11 @@ pub fn archive_suppress(domain: &str, title: &str, rev: u64) -> String {
     format!("/{domain}/v1/archive/{}/{rev}/suppress", path_segment(title))
 }
 
+/// old-store: a page's archive, deleted through a revision (`DELETE`, query `rev`).
+pub fn archive_page(domain: &str, title: &str) -> String {
+    format!("/{domain}/v1/archive/{}", path_segment(title))
+}
+
 /// old-store: read a revision's first render, or one render by tid (`GET`).
 pub fn archive_read(domain: &str, selection: Selection, title: &str, rev: u64, tid: Option<&str>) -> String {
     let mut path = format!("/{domain}/v1/archive/{}/{}/{rev}", selection.name(), path_segment(title));

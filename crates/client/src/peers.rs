@@ -32,9 +32,11 @@ pub struct OldStoreClient {
 
 impl OldStoreClient {
     /// The routes this client calls, as old-store documents them.
-    pub const ROUTES: [(Method, &'static str); 5] = [
+    pub const ROUTES: [(Method, &'static str); 7] = [
         (Method::PUT, "/{domain}/v1/archive/{title}/{rev}/{tid}"),
         (Method::POST, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::DELETE, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::DELETE, "/{domain}/v1/archive/{title}"),
         (Method::GET, "/{domain}/v1/archive/revisions/{title}"),
         (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}"),
         (Method::GET, "/{domain}/v1/archive/{part}/{title}/{rev}/{tid}"),
@@ -64,6 +66,19 @@ impl OldStoreClient {
     /// Hides a revision from every read.
     pub async fn suppress(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
         self.http.send(Method::POST, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
+        Ok(())
+    }
+
+    /// Lifts a revision's suppression.
+    pub async fn lift_suppression(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
+        self.http.send(Method::DELETE, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
+        Ok(())
+    }
+
+    /// Hides every revision of the page up to `through` (the page deleted).
+    pub async fn delete_page(&self, domain: &str, title: &str, through: u64) -> Result<(), ClientError> {
+        let path = format!("{}?rev={through}", paths::archive_page(domain, title));
+        self.http.send(Method::DELETE, &path, HeaderMap::new(), None).await?;
         Ok(())
     }
 

@@ -18,6 +18,18 @@ const TITLE_INDEX: [C; 5] = [
     C::regular("since", Timestamp),
 ];
 
+/// The columns of a suppression table (`revstore_service::suppressions`): a
+/// row per revision ever suppressed, hidden while `suppressed_at` is later
+/// than `lifted_at`; each cell is written with its own value as its write
+/// timestamp.
+const SUPPRESSIONS: [C; 5] = [
+    C::partition("domain", Text),
+    C::partition("title", Text),
+    C::clustering("rev", BigInt, Order::Asc),
+    C::regular("suppressed_at", Timestamp),
+    C::regular("lifted_at", Timestamp),
+];
+
 /// old-store's title index: [`TITLE_INDEX`] and what the wiki says of the
 /// page (MediaWiki's page id and namespace number), when an archive write
 /// carried it (an import from an XML dump does); read by history dumps in
@@ -60,7 +72,9 @@ pub mod current_store {
     /// a compile error.
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
+        pub const BODY_HASH: &str = "body_hash";
         pub const DATA_PARSOID: &str = "data_parsoid";
+        pub const DELETED_THROUGH_REV: &str = "deleted_through_rev";
         pub const DELIVERED_AT: &str = "delivered_at";
         pub const DELIVERED_THROUGH: &str = "delivered_through";
         pub const DOMAIN: &str = "domain";
@@ -101,7 +115,9 @@ pub mod current_store {
             C::clustering(col::REV, BigInt, Order::Desc),
             C::clustering(col::TID, TimeUuid, Order::Desc),
             C::statik(col::HAS_SUPPRESSED_REVS, Boolean),
+            C::statik(col::DELETED_THROUGH_REV, BigInt),
             C::regular(col::STORED_AT, Timestamp),
+            C::regular(col::BODY_HASH, BigInt),
             C::regular(col::HTML, Blob),
             C::regular(col::DATA_PARSOID, Blob),
             C::regular(col::SECTION_OFFSETS, Blob),
@@ -126,15 +142,11 @@ pub mod current_store {
         comment: "the pages of each domain in partition-token order, for dumps",
     };
 
-    /// Revisions hidden by suppression: never served again.
+    /// Revisions hidden by suppression, and lifted suppressions: a hidden
+    /// revision is never served.
     pub static SUPPRESSED: TableDef = TableDef {
         name: "suppressed",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::clustering(col::REV, BigInt, Order::Asc),
-            C::regular(col::SUPPRESSED_AT, Timestamp),
-        ],
+        columns: &SUPPRESSIONS,
         default_ttl: None,
         compaction: Compaction::SizeTiered,
         comment: "suppressed (hidden) revisions per title",
@@ -255,7 +267,7 @@ pub mod old_store {
         pub const BASE_BLOCK: &str = "base_block";
         pub const BASE_SLOT: &str = "base_slot";
         pub const CONTENT: &str = "content";
-        pub const SUPPRESSED_AT: &str = "suppressed_at";
+        pub const DELETED_THROUGH_REV: &str = "deleted_through_rev";
         pub const SHARD: &str = "shard";
         pub const HOUR: &str = "hour";
         pub const APPENDED_AT: &str = "appended_at";
@@ -265,7 +277,9 @@ pub mod old_store {
     /// One skinny row per archived render, naming the block and the slot (the
     /// append position in the title's history) that hold it. The statics are
     /// the per-title allocation state, advanced only by a lightweight
-    /// transaction on `rev_count`, the number of slots taken.
+    /// transaction on `rev_count`, the number of slots taken, and
+    /// `deleted_through_rev`: the page was deleted through that revision, and
+    /// none up to it is served (written at the deletion's timestamp).
     pub static ARCHIVE_META: TableDef = TableDef {
         name: "archive_meta",
         columns: &[
@@ -278,6 +292,7 @@ pub mod old_store {
             C::statik(col::OPEN_BLOCK_REVISIONS, BigInt),
             C::statik(col::OPEN_BLOCK_BYTES, BigInt),
             C::statik(col::LAST_TID, TimeUuid),
+            C::statik(col::DELETED_THROUGH_REV, BigInt),
             C::regular(col::BLOCK, BigInt),
             C::regular(col::SLOT, BigInt),
         ],
@@ -334,15 +349,11 @@ pub mod old_store {
         comment: "the archived titles of each domain in partition-token order, for dumps",
     };
 
-    /// Revisions hidden by current-store's suppression: never served again.
+    /// Revisions hidden by current-store's suppression (and lifted
+    /// suppressions): a hidden revision is never served.
     pub static ARCHIVE_SUPPRESSED: TableDef = TableDef {
         name: "archive_suppressed",
-        columns: &[
-            C::partition(col::DOMAIN, Text),
-            C::partition(col::TITLE, Text),
-            C::clustering(col::REV, BigInt, Order::Asc),
-            C::regular(col::SUPPRESSED_AT, Timestamp),
-        ],
+        columns: &SUPPRESSIONS,
         default_ttl: None,
         compaction: Compaction::SizeTiered,
         comment: "archived revisions that must not be served (suppression)",

@@ -27,6 +27,8 @@
 //!   ([`run_task`]).
 //! - [`worker`]: background loops as [`worker::Worker`]s, with their states,
 //!   failure pauses and metrics in one place.
+//! - [`suppressions`]: revisions hidden from readers, suppressed and lifted
+//!   in any order across clocks.
 //! - [`janitor_admin`]: what every service answers the janitor: the run
 //!   lease, resumable sweep steps over its tables, the storage purge.
 
@@ -48,6 +50,7 @@ pub mod secret;
 pub mod server;
 pub mod settings;
 pub mod shedding;
+pub mod suppressions;
 pub mod worker;
 
 pub use access::{Access, WriteAccess};

@@ -15,6 +15,10 @@ pub enum PagesError {
     /// An `If-Match` or `If-Unmodified-Since` the latest render does not meet.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// A write that would not be kept, refused so that no 201 is ever for a
+    /// render nobody can read (nothing of the render was written).
+    #[error("{detail}")]
+    Refused { kind: Refusal, detail: String },
     /// A stored row or part that does not decode: never served as content.
     #[error("{0}")]
     Corrupt(String),
@@ -26,7 +30,30 @@ impl From<PagesError> for ApiError {
             PagesError::Store(e) => e.into(),
             PagesError::Invalid(detail) => ApiError::bad_request(detail),
             PagesError::PreconditionFailed(detail) => ApiError::precondition_failed(detail),
+            PagesError::Refused { kind, detail } => ApiError::conflict(detail).with_kind(kind.problem_kind()),
             e @ PagesError::Corrupt(_) => ApiError::internal(e),
+        }
+    }
+}
+
+/// Why a render write is refused with 409.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its revision was deleted with the page (a new revision re-creates it).
+    PageDeleted,
+    /// Its revision is suppressed.
+    RevisionSuppressed,
+    /// Another body is stored under the same (rev, tid).
+    OtherBody,
+}
+
+impl Refusal {
+    /// The problem document's kind (`urn:revstore:problem:<kind>`).
+    pub fn problem_kind(self) -> &'static str {
+        match self {
+            Refusal::PageDeleted => "page-deleted",
+            Refusal::RevisionSuppressed => "revision-suppressed",
+            Refusal::OtherBody => "render-conflict",
         }
     }
 }

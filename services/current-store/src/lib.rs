@@ -25,6 +25,7 @@ mod routes;
 #[cfg(feature = "testsuite")]
 pub mod testing;
 
+pub use error::{PagesError, Refusal};
 pub use pages::{HandedOff, Pages, Preconditions, flag_suppressed_pages};
 pub use render::{RenderBody, RenderId, StoredParts, decode_part};
 

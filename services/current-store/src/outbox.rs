@@ -243,7 +243,7 @@ impl Delivery {
     /// write's timeout (see the module's notes).
     pub fn new(store: Store, receivers: Receivers, margin: Duration) -> Self {
         // Exported from the start, at 0, for the dead-letter alert.
-        for kind in ["archive", "change", "suppress"] {
+        for kind in KINDS {
             metrics::counter!("outbox_dead_letters_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
             metrics::counter!("outbox_repeats_dropped_total", "service" => crate::SERVICE, "kind" => kind).increment(0);
         }
@@ -590,8 +590,11 @@ async fn repeats_an_earlier_row(store: &Store, row: &Row) -> Result<bool, StoreE
     };
     let page = || vec![Value::from(domain), Value::from(title)];
     let older = Slice::prefix([Value::from(rev)]).upper(Bound::Excluded(Value::TimeUuid(tid)));
-    let older = ReadQuery::new(&PAGE_RENDERS, page()).slice(older).columns(Vec::<&'static str>::new()).first(1);
-    if !store.read(&older).await?.rows.is_empty() {
+    let older = ReadQuery::new(&PAGE_RENDERS, page()).slice(older).columns([col::DELETED_THROUGH_REV]).first(1);
+    let older = store.read(&older).await?;
+    // A revision deleted with its page (a refused render's first stage): nothing to hand off.
+    let deleted_through = older.statics.as_ref().and_then(|s| s.bigint(col::DELETED_THROUGH_REV));
+    if !older.rows.is_empty() || deleted_through.is_some_and(|through| rev <= through) {
         return Ok(true);
     }
     if kind == Some("change") {
@@ -638,14 +641,14 @@ async fn move_aside(
     Ok(())
 }
 
+/// The kinds of outbox rows: a revision's hand-off to old-store, a
+/// suppression, its lift and a page's deletion forwarded to old-store, a
+/// change notice to the graph.
+const KINDS: [&str; 5] = ["archive", "suppress", "lift", "delete", "change"];
+
 /// The outbox kinds, as metric labels (a stored kind is ours, but bound it anyway).
 fn bounded_kind(kind: &str) -> &'static str {
-    match kind {
-        "archive" => "archive",
-        "suppress" => "suppress",
-        "change" => "change",
-        _ => "other",
-    }
+    KINDS.into_iter().find(|k| *k == kind).unwrap_or("other")
 }
 
 fn copy_columns(mut upsert: Upsert, row: &Row) -> Upsert {
@@ -686,6 +689,14 @@ async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
         "suppress" => {
             let Some(old_store) = &receivers.old_store else { return Ok(false) };
             old_store.suppress(domain, title, rev).await.map_err(Failure::of)?;
+        }
+        "lift" => {
+            let Some(old_store) = &receivers.old_store else { return Ok(false) };
+            old_store.lift_suppression(domain, title, rev).await.map_err(Failure::of)?;
+        }
+        "delete" => {
+            let Some(old_store) = &receivers.old_store else { return Ok(false) };
+            old_store.delete_page(domain, title, rev).await.map_err(Failure::of)?;
         }
         "change" => {
             let Some(graph) = &receivers.graph else { return Ok(false) };

@@ -16,7 +16,7 @@
 //! - `domain_pages`: the dump index, a row per page, written with every
 //!   render (the same row again, timestamped with the render).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,20 +26,37 @@ use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::dump::TitleIndex;
 use revstore_service::janitor_admin::Journal;
+use revstore_service::suppressions::{Change, Suppressions, deletion_timestamp};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
 
-use crate::error::PagesError;
+use crate::error::{PagesError, Refusal};
 
 /// Render keys read per page of a listing.
 const GRACE_PAGE: u32 = 1000;
 
+/// A suppression's row deletes sent at once.
+const SUPPRESSION_WRITES: usize = 100;
+
 use crate::render::{RenderBody, RenderId, StoredParts};
 
 /// `domain_pages`, the index of each domain's pages that dumps walk: a row
-/// is written with each render, timestamped with it, and removed by the
-/// page's deletion (timestamped after its newest render), so a render written
-/// after a deletion brings it back.
+/// is written with each render, timestamped by its revision
+/// ([`fence_timestamp`]), and removed by the page's deletion at the fence's
+/// timestamp, so the render of a revision newer than the deletion (the
+/// page re-created) brings it back, whatever the clocks, and none older does.
 pub(crate) const PAGE_INDEX: TitleIndex = TitleIndex { table: &DOMAIN_PAGES, identities: false };
+
+/// current-store's suppressions (`suppressed`).
+pub(crate) const SUPPRESSIONS: Suppressions = Suppressions { table: &SUPPRESSED };
+
+/// The write timestamp of a page's deletion through revision `rev`, and of
+/// a render's index row of revision `rev` ([`deletion_timestamp`]): a
+/// deletion's fence, range delete and index removal are newer than any
+/// write of the revisions it deletes, whatever the writer's clock, and
+/// older than a later deletion's and than the index row of a newer revision.
+fn fence_timestamp(rev: RevId) -> i64 {
+    deletion_timestamp(rev)
+}
 
 /// The write time of a page's suppression flag (`has_suppressed_revs`):
 /// later than any write will ever carry, so that no delete of the page (a
@@ -177,23 +194,37 @@ pub fn rendered_at(tid: Tid) -> String {
 
 impl Pages {
     pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, PagesError> {
-        let [d, t] = key(domain, title);
-        Ok(self.store.get(&SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT])).await?.is_some())
+        Ok(SUPPRESSIONS.is_suppressed(&self.store, domain, title, rev).await?)
+    }
+
+    /// Whether `rev` of the page must not be served from anywhere, old-store
+    /// included: suppressed, or deleted with the page.
+    pub async fn hides(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, PagesError> {
+        let (suppressed, statics) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.statics(domain, title))?;
+        Ok(suppressed || statics.deleted(rev))
+    }
+
+    /// The page's static cells alone.
+    async fn statics(&self, domain: &Domain, title: &Title) -> Result<PageStatics, PagesError> {
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(PageStatics::COLUMNS);
+        Ok(PageStatics::of(self.store.read(&query).await?.statics.as_ref()))
     }
 
     /// The latest render of the latest revision: the page's first row, read
-    /// with the page's suppression flag. On a flagged page (one with a
-    /// suppressed revision, which a write does not check) the first render
-    /// whose revision is not suppressed.
+    /// with the page's static cells — nothing when the page was deleted
+    /// through its revision, and on a flagged page (one with a suppressed
+    /// revision) the first render whose revision is not suppressed.
     pub async fn latest(&self, domain: &Domain, title: &Title, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
         let mut wanted = content_columns(columns);
-        wanted.push(col::HAS_SUPPRESSED_REVS);
+        wanted.extend(PageStatics::COLUMNS);
         let page = self.store.read(&ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(wanted)).await?;
-        let flagged = page.statics.as_ref().and_then(|s| s.boolean(col::HAS_SUPPRESSED_REVS)).unwrap_or(false);
-        match found(page.rows.into_iter().next())? {
-            Some(first) if flagged => self.first_not_suppressed(domain, title, first, columns).await,
-            first => Ok(first),
-        }
+        let statics = PageStatics::of(page.statics.as_ref());
+        let latest = match found(page.rows.into_iter().next())? {
+            Some(first) if statics.has_suppressed_revs => self.first_not_suppressed(domain, title, first, columns).await?,
+            first => first,
+        };
+        // Every row after the first is of an older revision: a deleted first is a deleted page.
+        Ok(latest.filter(|f| !statics.deleted(f.id.rev)))
     }
 
     /// From `first` (a render of a flagged page) down, the first render whose
@@ -220,24 +251,27 @@ impl Pages {
 
     /// Every suppressed revision of a page.
     pub(crate) async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<BTreeSet<RevId>, PagesError> {
-        let query = ReadQuery::new(&SUPPRESSED, key(domain, title)).columns([col::SUPPRESSED_AT]).limit(GRACE_PAGE);
-        let rows: Vec<Row> = self.store.rows(query).try_collect().await?;
-        Ok(rows.iter().filter_map(|r| r.bigint(col::REV)).filter_map(|r| RevId::new(r as u64).ok()).collect())
+        Ok(SUPPRESSIONS.revisions(&self.store, domain, title).await?)
     }
 
-    /// The latest render of a revision: the revision's first row.
+    /// The latest render of a revision: the revision's first row, unless the
+    /// revision is suppressed or deleted with the page.
     pub async fn of_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_rev(domain, title, rev, columns))?;
+        let prefix = [Value::from(rev.as_i64())];
+        let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find(domain, title, &prefix, columns))?;
         Ok(found.filter(|_| !suppressed))
     }
 
-    /// [`Pages::of_rev`] without the suppression check.
-    async fn find_rev(&self, domain: &Domain, title: &Title, rev: RevId, columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
-        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title))
-            .slice(Slice::prefix([Value::from(rev.as_i64())]))
-            .first(1)
-            .columns(content_columns(columns));
-        found(self.store.read(&query).await?.rows.into_iter().next())
+    /// The first render under a clustering prefix (a revision, or a
+    /// revision and tid), read with the page's deletion fence: nothing when
+    /// the page was deleted through its revision.
+    async fn find(&self, domain: &Domain, title: &Title, prefix: &[Value], columns: &[&'static str]) -> Result<Option<Found>, PagesError> {
+        let mut wanted = content_columns(columns);
+        wanted.push(col::DELETED_THROUGH_REV);
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).slice(Slice::prefix(prefix.to_vec())).first(1).columns(wanted);
+        let page = self.store.read(&query).await?;
+        let statics = PageStatics::of(page.statics.as_ref());
+        Ok(found(page.rows.into_iter().next())?.filter(|f| !statics.deleted(f.id.rev)))
     }
 
     /// One render, by revision and tid.
@@ -249,41 +283,29 @@ impl Pages {
         tid: Tid,
         columns: &[&'static str],
     ) -> Result<Option<Found>, PagesError> {
-        let (suppressed, found) =
-            tokio::try_join!(self.is_suppressed(domain, title, rev), self.find_tid(domain, title, rev, tid, columns))?;
+        let prefix = [Value::from(rev.as_i64()), Value::from(tid)];
+        let (suppressed, found) = tokio::try_join!(self.is_suppressed(domain, title, rev), self.find(domain, title, &prefix, columns))?;
         Ok(found.filter(|_| !suppressed))
     }
 
-    /// [`Pages::of_tid`] without the suppression check.
-    async fn find_tid(
-        &self,
-        domain: &Domain,
-        title: &Title,
-        rev: RevId,
-        tid: Tid,
-        columns: &[&'static str],
-    ) -> Result<Option<Found>, PagesError> {
-        let [d, t] = key(domain, title);
-        let row =
-            self.store.get(&PAGE_RENDERS, vec![d, t, Value::from(rev.as_i64()), Value::from(tid)], Some(content_columns(columns))).await?;
-        found(row)
-    }
-
-    /// Stores a render without reading the page first (unless a
-    /// precondition is sent). See the module documentation and
+    /// Stores a render. See the module documentation and
     /// docs/design/current-store-writes.md.
     ///
     /// Two stages. First, durable before the render can be seen: the page's
     /// journal entry (the janitor's retention sweep visits the page once the
-    /// grace period has passed), its row in the dump index (so a page deleted
-    /// and written again comes back), and — unless this instance has already
-    /// queued one for the revision with a render no newer ([`HandedOff`]) —
-    /// the revision's hand-off to old-store and its change notice. Then the
-    /// render's row, one INSERT. Suppression is not checked: readers do. Nothing is deleted here: what the render supersedes stays
-    /// for the grace period and is removed by the retention sweep. Every
-    /// write is idempotent (explicit keys), so a retry after a failure
-    /// anywhere completes the write, and a repeated write answers as the
-    /// first did.
+    /// grace period has passed), its row in the dump index, and — unless
+    /// this instance has already queued one for the revision with a render
+    /// no newer ([`HandedOff`]) — the revision's hand-off to old-store and its
+    /// change notice. At the same time, one read of the page's first row and
+    /// static cells ([`Pages::write_check`]) says whether the render can be
+    /// kept: a render of a revision deleted with the page or suppressed, or
+    /// another body under a stored (rev, tid), is refused (409) and never
+    /// written. Then the render's row, one INSERT (none when the same render
+    /// is already stored). Nothing is deleted here: what the render
+    /// supersedes stays for the grace period and is removed by the retention
+    /// sweep. Every write is idempotent (explicit keys), so a retry after a
+    /// failure anywhere completes the write, and a repeated write answers as
+    /// the first did.
     pub async fn put(
         &self,
         domain: &Domain,
@@ -300,11 +322,11 @@ impl Pages {
         }
         let [d, t] = key(domain, title);
         let parts = StoredParts::encode(body);
-        // Timestamped when stored, not with the render's time: no delete made
+        // Timestamped when stored, not with the render's time: no sweep made
         // before this write shadows it, whatever its tid (see `behind`).
         let now = self.store.now_micros();
-        let mut durable_first: Vec<Write> =
-            vec![journal(&self.store).entry(&[d.clone(), t.clone()]), PAGE_INDEX.row_written_at(domain, title, id.tid, now).into()];
+        let index_row = PAGE_INDEX.row_written_at(domain, title, id.tid, fence_timestamp(id.rev));
+        let mut durable_first: Vec<Write> = vec![journal(&self.store).entry(&[d.clone(), t.clone()]), index_row.into()];
         let revision = (domain.clone(), title.clone(), id.rev);
         let queue_hand_off = self.handed_off.needs(&revision, id.tid);
         if queue_hand_off && self.hand_off {
@@ -321,19 +343,79 @@ impl Pages {
                 .encode(&serde_json::to_vec(&notice).unwrap_or_default(), revstore_codecs::Compression::None);
             durable_first.push(self.outbox("change", domain, title, id, notice).into());
         }
-        // A suppressed revision's render is stored like any other and never
-        // served (readers check suppression); its hand-off old-store skips.
+        // A refused render leaves the first stage behind: a journal entry, an
+        // index row and a hand-off of a revision that is deleted or
+        // suppressed, which the sweep, the dump and the delivery pass over
+        // (each checks the page as a reader does).
+        let first_stage = async { Ok::<_, PagesError>(self.store.apply_in_stages(vec![durable_first]).await?) };
+        let (stored, ()) = tokio::try_join!(self.write_check(domain, title, id, parts.body_hash), first_stage)?;
+        if queue_hand_off {
+            self.handed_off.queued(revision, id.tid);
+        }
+        if stored {
+            return Ok(());
+        }
         let render = Upsert::new(&PAGE_RENDERS, [d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)])
             .set(col::STORED_AT, Value::Timestamp(now / 1000))
+            .set(col::BODY_HASH, parts.body_hash)
             .set(col::HTML, parts.html)
             .set(col::DATA_PARSOID, parts.data_parsoid)
             .set(col::SECTION_OFFSETS, parts.section_offsets)
             .timestamp(now);
-        self.store.apply_in_stages(vec![durable_first, vec![render.into()]]).await?;
-        if queue_hand_off {
-            self.handed_off.queued(revision, id.tid);
-        }
+        self.store.write(render).await?;
         Ok(())
+    }
+
+    /// Whether a render can be kept, from the page's first row and static
+    /// cells (one read; a second only for a render that sorts behind the
+    /// first row, which may be stored already, and one more on a page with a
+    /// suppressed revision): `Ok(true)` when the same render is stored,
+    /// `Ok(false)` when it is not, refused when its revision was deleted with
+    /// the page or is suppressed, or another body is stored under its
+    /// (rev, tid). A deletion or suppression made after this read and before
+    /// the render's INSERT still hides it: it is later than the 201.
+    async fn write_check(&self, domain: &Domain, title: &Title, id: RenderId, body_hash: i64) -> Result<bool, PagesError> {
+        let mut wanted = vec![col::BODY_HASH];
+        wanted.extend(PageStatics::COLUMNS);
+        let page = self.store.read(&ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns(wanted)).await?;
+        let statics = PageStatics::of(page.statics.as_ref());
+        if statics.deleted(id.rev) {
+            let through = statics.deleted_through_rev.map_or(0, RevId::get);
+            return Err(PagesError::Refused {
+                kind: Refusal::PageDeleted,
+                detail: format!(
+                    "{title} was deleted through revision {through}: a render of revision {} is not stored (a new revision re-creates the page)",
+                    id.rev
+                ),
+            });
+        }
+        if statics.has_suppressed_revs && self.is_suppressed(domain, title, id.rev).await? {
+            return Err(PagesError::Refused {
+                kind: Refusal::RevisionSuppressed,
+                detail: format!("revision {} of {title} is suppressed: its renders are not stored", id.rev),
+            });
+        }
+        let first = page.rows.first().map(|row| Ok::<_, PagesError>((render_id(row)?, row.bigint(col::BODY_HASH)))).transpose()?;
+        let stored_hash = match first {
+            Some((first, hash)) if first == id => Some(hash),
+            // Behind the first row: it may be stored (a retry after a newer render).
+            Some((first, _)) if first.is_newer_than(&id) => {
+                let [d, t] = key(domain, title);
+                let at = vec![d, t, Value::from(id.rev.as_i64()), Value::from(id.tid)];
+                self.store.get(&PAGE_RENDERS, at, Some(vec![col::BODY_HASH])).await?.map(|row| row.bigint(col::BODY_HASH))
+            }
+            _ => None,
+        };
+        match stored_hash {
+            None => Ok(false),
+            // A row without a hash (none is written so) is taken as this render.
+            Some(None) => Ok(true),
+            Some(Some(hash)) if hash == body_hash => Ok(true),
+            Some(Some(_)) => Err(PagesError::Refused {
+                kind: Refusal::OtherBody,
+                detail: format!("another body is stored as render {} of {title}: a render's (rev, tid) names one body; render again with a new tid", id.etag()),
+            }),
+        }
     }
 
     /// Renders stored at or before this time (microseconds) superseded
@@ -395,18 +477,12 @@ impl Pages {
     /// superseded ones still held (their grace period, and until retention
     /// removes them).
     pub async fn held(&self, domain: &Domain, title: &Title) -> Result<Vec<HeldRender>, PagesError> {
-        let all: Vec<RenderId> = self.all_held(domain, title, Slice::all()).await?.into_iter().map(|h| h.id).collect();
-        let mut visible = Vec::with_capacity(all.len());
-        let mut suppressed: BTreeMap<RevId, bool> = BTreeMap::new();
-        for id in all {
-            let hidden = match suppressed.get(&id.rev) {
-                Some(hidden) => *hidden,
-                None => *suppressed.entry(id.rev).or_insert(self.is_suppressed(domain, title, id.rev).await?),
-            };
-            if !hidden {
-                visible.push(id);
-            }
-        }
+        let (all, statics, suppressed) = tokio::try_join!(
+            self.all_held(domain, title, Slice::all()),
+            self.statics(domain, title),
+            self.suppressed_revisions(domain, title)
+        )?;
+        let visible = all.into_iter().map(|h| h.id).filter(|id| !statics.deleted(id.rev) && !suppressed.contains(&id.rev));
         Ok(visible
             .into_iter()
             .enumerate()
@@ -419,41 +495,119 @@ impl Pages {
             .collect())
     }
 
-    /// Removes all of a page's content held here: one partition tombstone,
-    /// after every write of what is held (see [`Held::written_at`]), even
-    /// one from a clock ahead of this one.
-    pub async fn delete(&self, domain: &Domain, title: &Title) -> Result<(), PagesError> {
-        let at = match self.latest(domain, title, &[col::STORED_AT]).await? {
-            Some(latest) => (held(&latest.row)?.written_at() + 1).max(self.store.now_micros()),
-            None => self.store.now_micros(),
+    /// Deletes the page through revision `through` (the page's newest
+    /// revision as the wiki knows it) or, without it or when it is older,
+    /// through the newest revision held here: the page's fence
+    /// (`deleted_through_rev`, a static cell), a range delete of its renders
+    /// and the removal of its dump index row, all at [`fence_timestamp`] —
+    /// later than any write of those revisions will carry, so that no
+    /// retried, late or replayed write of them comes back, and earlier than
+    /// the fence of a later deletion. Writes of those revisions are refused
+    /// from then on and reads pass them, old-store's fallback included; the
+    /// render of a newer revision (the page re-created) is served. Answers
+    /// the revision the page is deleted through (`None`: nothing was known
+    /// of it, and only the index row was removed).
+    pub async fn delete(&self, domain: &Domain, title: &Title, through: Option<RevId>) -> Result<Option<RevId>, PagesError> {
+        let (newest_held, deleted_through) = self.newest_held_rev(domain, title).await?;
+        let Some(through) = through.max(newest_held).max(deleted_through) else {
+            self.store.write(PAGE_INDEX.delete(domain, title, self.store.now_micros())).await?;
+            return Ok(None);
         };
-        let writes: Vec<Write> =
-            vec![Delete::partition(&PAGE_RENDERS, key(domain, title)).timestamp(at).into(), PAGE_INDEX.delete(domain, title, at).into()];
+        let at = fence_timestamp(through);
+        let fence = Upsert::new(&PAGE_RENDERS, key(domain, title)).set(col::DELETED_THROUGH_REV, through.as_i64()).timestamp(at);
+        let renders = Slice::all().upper(Bound::Included(Value::from(through.as_i64())));
+        let writes: Vec<Write> = vec![
+            fence.into(),
+            Delete::range(&PAGE_RENDERS, key(domain, title), renders).timestamp(at).into(),
+            PAGE_INDEX.delete(domain, title, at).into(),
+        ];
         self.store.apply(writes).await?;
-        Ok(())
+        if self.hand_off {
+            // old-store's own routes stop serving the page's revisions too.
+            let id = RenderId { rev: through, tid: Tid::now() };
+            self.store.write(self.outbox("delete", domain, title, id, Vec::new())).await?;
+        }
+        Ok(Some(through))
     }
 
-    /// Hides a revision: recorded as suppressed (checked on every read, so it is
-    /// never served again, also not through the old-store fallback), the page
-    /// flagged (so that its latest read checks), its renders removed here,
-    /// and the suppression queued for old-store.
+    /// The newest revision the page holds a row of, suppressed or not, and
+    /// the revision it was deleted through before.
+    async fn newest_held_rev(&self, domain: &Domain, title: &Title) -> Result<(Option<RevId>, Option<RevId>), PagesError> {
+        let query = ReadQuery::new(&PAGE_RENDERS, key(domain, title)).first(1).columns([col::DELETED_THROUGH_REV]);
+        let page = self.store.read(&query).await?;
+        let deleted_through = PageStatics::of(page.statics.as_ref()).deleted_through_rev;
+        Ok((found(page.rows.into_iter().next())?.map(|f| f.id.rev), deleted_through))
+    }
+
+    /// Hides a revision: the page flagged first (so that its latest read
+    /// checks), then recorded as suppressed (checked on every read, so it is
+    /// never served again, also not through the old-store fallback, and its
+    /// renders are refused), its renders held here removed, and the
+    /// suppression queued for old-store. Suppressing a hidden revision
+    /// changes nothing.
+    ///
+    /// The renders are removed row by row, each just after its own write,
+    /// not by a range: a render of the revision written after the
+    /// suppression is lifted, by a clock behind this one, must not fall under
+    /// a tombstone that covers every tid.
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
-        let [d, t] = key(domain, title);
-        let r = Value::from(rev.as_i64());
-        let now_ms = revstore_keys::time::millis(self.store.now());
-        let of_rev = self.all_held(domain, title, Slice::prefix([r.clone()])).await?;
-        let at = of_rev.iter().map(|h| h.written_at() + 1).fold(self.store.now_micros(), i64::max);
-        let mut writes: Vec<Write> = vec![
-            Upsert::new(&SUPPRESSED, [d.clone(), t.clone(), r.clone()]).set(col::SUPPRESSED_AT, Value::Timestamp(now_ms)).into(),
-            Delete::range(&PAGE_RENDERS, [d, t], Slice::prefix([r])).timestamp(at).into(),
-            suppression_flag(key(domain, title)).into(),
-        ];
+        self.store.write(suppression_flag(key(domain, title))).await?;
+        SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Suppress).await?;
+        let of_rev = self.all_held(domain, title, Slice::prefix([Value::from(rev.as_i64())])).await?;
+        let mut writes: Vec<Write> = of_rev
+            .iter()
+            .map(|h| {
+                let clustering = [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)];
+                Delete::row(&PAGE_RENDERS, key(domain, title), clustering).timestamp(h.written_at() + 1).into()
+            })
+            .collect();
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
             writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());
         }
-        self.store.apply(writes).await?;
+        for chunk in writes.chunks(SUPPRESSION_WRITES) {
+            self.store.apply_in_stages(vec![chunk.to_vec()]).await?;
+        }
         Ok(())
+    }
+
+    /// Lifts a revision's suppression (here and, through the outbox, in
+    /// old-store): its renders written from now on are stored and served,
+    /// and reads of it fall back to old-store again. The renders the
+    /// suppression removed are gone from current-store. Lifting a visible
+    /// revision changes nothing.
+    pub async fn lift_suppression(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
+        SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Lift).await?;
+        if self.hand_off {
+            let id = RenderId { rev, tid: Tid::now() };
+            self.store.write(self.outbox("lift", domain, title, id, Vec::new())).await?;
+        }
+        Ok(())
+    }
+}
+
+/// What a page's static cells say to a reader.
+#[derive(Debug, Clone, Copy, Default)]
+struct PageStatics {
+    /// A revision of the page is (or was) suppressed: readers check `suppressed`.
+    has_suppressed_revs: bool,
+    /// The page was deleted through this revision: none up to it is served.
+    deleted_through_rev: Option<RevId>,
+}
+
+impl PageStatics {
+    const COLUMNS: [&'static str; 2] = [col::HAS_SUPPRESSED_REVS, col::DELETED_THROUGH_REV];
+
+    fn of(statics: Option<&Row>) -> PageStatics {
+        PageStatics {
+            has_suppressed_revs: statics.and_then(|s| s.boolean(col::HAS_SUPPRESSED_REVS)).unwrap_or(false),
+            deleted_through_rev: statics.and_then(|s| s.bigint(col::DELETED_THROUGH_REV)).and_then(|r| RevId::new(r as u64).ok()),
+        }
+    }
+
+    /// Whether `rev` was deleted with the page.
+    fn deleted(&self, rev: RevId) -> bool {
+        self.deleted_through_rev.is_some_and(|through| rev <= through)
     }
 }
 

@@ -40,6 +40,20 @@ pub struct StoredParts {
     pub html: Vec<u8>,
     pub data_parsoid: Vec<u8>,
     pub section_offsets: Vec<u8>,
+    /// [`body_hash`] of the parts as sent: what tells a retried write of a
+    /// render from a different render under the same (rev, tid).
+    pub body_hash: i64,
+}
+
+/// XXH3 (64 bits, a fixed published function, so every build and replica
+/// agrees) of a render's parts, each after its length.
+fn body_hash(parts: &[&[u8]]) -> i64 {
+    let mut hasher = twox_hash::XxHash3_64::with_seed(0);
+    for part in parts {
+        std::hash::Hasher::write(&mut hasher, &(part.len() as u64).to_be_bytes());
+        std::hash::Hasher::write(&mut hasher, part);
+    }
+    std::hash::Hasher::finish(&hasher) as i64
 }
 
 impl StoredParts {
@@ -47,10 +61,12 @@ impl StoredParts {
         let envelope = Envelope::default();
         let zstd = Compression::Zstd { level: 3 };
         let json = |v: &serde_json::Value| serde_json::to_vec(v).unwrap_or_default();
+        let (data_parsoid, section_offsets) = (json(&body.data_parsoid), json(&body.section_offsets));
         StoredParts {
+            body_hash: body_hash(&[body.html.as_bytes(), &data_parsoid, &section_offsets]),
             html: envelope.encode(body.html.as_bytes(), zstd),
-            data_parsoid: envelope.encode(&json(&body.data_parsoid), zstd),
-            section_offsets: envelope.encode(&json(&body.section_offsets), zstd),
+            data_parsoid: envelope.encode(&data_parsoid, zstd),
+            section_offsets: envelope.encode(&section_offsets, zstd),
         }
     }
 }

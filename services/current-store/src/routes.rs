@@ -56,7 +56,7 @@ pub fn routes(state: AppState) -> Routes {
         // `revisions` are written through these two routes' POST.
         .route(&format!("{PAGE}/title/{{title_or_rev}}"), get(title_metadata).post(post_render_of_static_page))
         .route(&format!("{PAGE}/revisions/{{title_or_rev}}"), get(list_revisions).post(post_render_of_static_page))
-        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .route(&format!("{PAGE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision).delete(lift_suppression))
         .route("/{domain}/v1/dump/current", get(dump_current))
         .route(DEAD_LETTERS, get(list_dead_letters))
         .route(&format!("{DEAD_LETTERS}/redrive"), post(redrive_dead_letters))
@@ -83,6 +83,7 @@ const DEAD_LETTERS: &str = "/admin/outbox/dead-letters";
         list_revisions,
         delete_page,
         suppress_revision,
+        lift_suppression,
         dump_current,
         list_dead_letters,
         redrive_dead_letters,
@@ -221,15 +222,17 @@ fn written(domain: &Domain, title: &Title, id: RenderId) -> Result<Response, Api
 }
 
 /// Store a render with the renderer's tid (idempotent: a repeated write answers
-/// 201 as the first did). The write reads nothing unless `If-Match` or
-/// `If-Unmodified-Since` is sent; a render of a suppressed revision is stored
-/// and never served.
+/// 201 as the first did). A render of a revision deleted with the page or
+/// suppressed, or another body under a stored (rev, tid), is refused (409)
+/// and nothing of it is stored.
 #[utoipa::path(put, path = "/{domain}/v1/page/{title}/{rev}/{tid}", request_body = RenderBody,
     params(("domain" = String, Path), ("title" = String, Path, description = "percent-encoded"), ("rev" = u64, Path), ("tid" = String, Path, description = "time-based UUID"),
         ("If-Match" = Option<String>, Header, description = "ETag of the latest render this one is based on"),
         ("If-Unmodified-Since" = Option<String>, Header, description = "no render of the page may be newer")),
     responses((status = 201, description = "stored (also when the same render was stored before); ETag \"rev/tid\""),
-        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 412, body = Problem)),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 409, body = Problem, description = "not stored: the revision was deleted with the page (page-deleted) or is suppressed (revision-suppressed), or another body is stored under this rev and tid (render-conflict)"),
+        (status = 412, body = Problem)),
     security(("bearer" = [])))]
 async fn put_render(
     _: WriteAccess,
@@ -248,7 +251,9 @@ async fn put_render(
 #[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}", request_body = RenderBody,
     params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
     responses((status = 201, description = "stored; ETag and Location name the render"), (status = 400, body = Problem), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 412, body = Problem)),
+        (status = 403, body = Problem),
+        (status = 409, body = Problem, description = "not stored: the revision was deleted with the page (page-deleted) or is suppressed (revision-suppressed)"),
+        (status = 412, body = Problem)),
     security(("bearer" = [])))]
 async fn post_render(
     _: WriteAccess,
@@ -309,7 +314,7 @@ async fn get_render_of_rev(
     if let Some(found) = state.pages.of_rev(&domain, &title, rev, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
     }
-    if state.pages.is_suppressed(&domain, &title, rev).await? {
+    if state.pages.hides(&domain, &title, rev).await? {
         return Err(ApiError::not_found(format!("no render of revision {rev} of {title}")));
     }
     match from_old_store(&state, &domain, &title, part, rev, None).await? {
@@ -333,7 +338,7 @@ async fn get_render_of_tid(
     if let Some(found) = state.pages.of_tid(&domain, &title, rev, tid, columns(part)).await? {
         return serve_part(&found, part, &headers, FIXED_CACHE);
     }
-    if state.pages.is_suppressed(&domain, &title, rev).await? {
+    if state.pages.hides(&domain, &title, rev).await? {
         return Err(ApiError::not_found(format!("no render {tid} of revision {rev} of {title}")));
     }
     match from_old_store(&state, &domain, &title, part, rev, Some(tid)).await? {
@@ -378,22 +383,38 @@ async fn list_revisions(
     Ok(Json(RevisionList { items: state.pages.held(&domain, &title).await?, next: None }))
 }
 
-/// Delete all of a page's content held here.
+/// `DELETE /{domain}/v1/page/{title}`'s query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+struct DeleteQuery {
+    /// The page's newest revision as the wiki knows it: the page is deleted
+    /// through it even when current-store holds no render of it yet.
+    rev: Option<String>,
+}
+
+/// Delete the page through its newest revision (the one given as `rev`, or
+/// the newest held here): none of those revisions is served again, by any
+/// route or through old-store, and their renders are refused (409) from
+/// then on, whenever they arrive. The render of a newer revision re-creates
+/// the page.
 #[utoipa::path(delete, path = "/{domain}/v1/page/{title}",
-    params(("domain" = String, Path), ("title" = String, Path)),
-    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)),
+    params(("domain" = String, Path), ("title" = String, Path), DeleteQuery),
+    responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
     security(("bearer" = [])))]
 async fn delete_page(
     _: WriteAccess,
     State(state): State<AppState>,
     Path((domain, title)): Path<(String, String)>,
+    query: Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
-    state.pages.delete(&domain, &title).await?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let through = query.rev.as_deref().map(RevId::parse).transpose()?;
+    state.pages.delete(&domain, &title, through).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Hide a revision everywhere: never served again, here or through old-store.
+/// Hide a revision everywhere: never served again, here or through
+/// old-store, and its renders refused (409), until the suppression is lifted.
 #[utoipa::path(post, path = "/{domain}/v1/page/{title}/{rev}/suppress",
     params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
     responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)),
@@ -405,6 +426,23 @@ async fn suppress_revision(
 ) -> Result<StatusCode, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
     state.pages.suppress(&domain, &title, RevId::parse(&rev)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Lift a revision's suppression, here and in old-store: its renders are
+/// stored and served again (those the suppression removed are read from
+/// old-store). Suppressing it again afterwards hides it again.
+#[utoipa::path(delete, path = "/{domain}/v1/page/{title}/{rev}/suppress",
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+async fn lift_suppression(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
+    state.pages.lift_suppression(&domain, &title, RevId::parse(&rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -233,21 +233,50 @@ async fn delete_and_suppress_hide_content(engine: Engine) {
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism/20514/{t1}"))).send().await.expect("send"), 404).await;
     let listed: Value = client().get(s.url(&format!("{PAGE}/revisions/Anarchism"))).send().await.expect("send").json().await.expect("json");
     assert!(listed["items"].as_array().expect("items").iter().all(|i| i["rev"] != 20514), "{listed}");
-    // A render of a suppressed revision is stored (a write does not check)
-    // and never served.
+    // A render of a suppressed revision is refused, and nothing of it served.
     let t3 = Tid::now();
-    assert_eq!(put(&s, "Anarchism", 20514, t3, &render(&html[3], 3)).await.status(), 201);
+    let refused = problem(put(&s, "Anarchism", 20514, t3, &render(&html[3], 3)).await, 409).await;
+    assert_eq!(refused["type"], "urn:revstore:problem:revision-suppressed", "{refused}");
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism/20514/{t3}"))).send().await.expect("send"), 404).await;
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism/20514"))).send().await.expect("send"), 404).await;
     let latest = client().get(s.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send");
     assert_eq!(etag(&latest), format!("\"42733/{t2}\""));
 
+    // Lifted: its renders are taken and served again; suppressed again: hidden.
+    let suppression = s.url(&format!("{PAGE}/Anarchism/20514/suppress"));
+    problem(client().delete(&suppression).send().await.expect("send"), 401).await;
+    assert_eq!(client().delete(&suppression).bearer_auth(TOKEN).send().await.expect("send").status(), 204);
+    assert_eq!(put(&s, "Anarchism", 20514, t3, &render(&html[3], 3)).await.status(), 201);
+    assert_eq!(client().get(s.url(&format!("{PAGE}/html/Anarchism/20514/{t3}"))).send().await.expect("send").status(), 200);
+    assert_eq!(client().post(&suppression).bearer_auth(TOKEN).send().await.expect("send").status(), 204);
+    problem(client().get(s.url(&format!("{PAGE}/html/Anarchism/20514/{t3}"))).send().await.expect("send"), 404).await;
+
     problem(client().delete(s.url(&format!("{PAGE}/Anarchism"))).send().await.expect("send"), 401).await;
+    problem(client().delete(s.url(&format!("{PAGE}/Anarchism?rev=x"))).bearer_auth(TOKEN).send().await.expect("send"), 400).await;
     assert_eq!(client().delete(s.url(&format!("{PAGE}/Anarchism"))).bearer_auth(TOKEN).send().await.expect("send").status(), 204);
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send"), 404).await;
     problem(client().get(s.url(&format!("{PAGE}/html/Anarchism/42733/{t2}"))).send().await.expect("send"), 404).await;
     let listed: Value = client().get(s.url(&format!("{PAGE}/revisions/Anarchism"))).send().await.expect("send").json().await.expect("json");
     assert_eq!(listed["items"], serde_json::json!([]));
+    // The render job retried after the delete: refused, and the page stays deleted.
+    let retried = problem(put(&s, "Anarchism", 42733, t2, &render(&html[4], 2)).await, 409).await;
+    assert_eq!(retried["type"], "urn:revstore:problem:page-deleted", "{retried}");
+    problem(client().get(s.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send"), 404).await;
+    // A new revision re-creates it.
+    let t4 = Tid::now();
+    assert_eq!(put(&s, "Anarchism", 42734, t4, &render(&html[5], 4)).await.status(), 201);
+    assert_eq!(etag(&client().get(s.url(&format!("{PAGE}/html/Anarchism"))).send().await.expect("send")), format!("\"42734/{t4}\""));
+}
+
+async fn a_rev_and_tid_name_one_body(engine: Engine) {
+    let s = start_on(engine, |_| {}).await;
+    let html = anarchism_html();
+    let tid = Tid::now();
+    assert_eq!(put(&s, "Anarchism", 18201, tid, &render(&html[0], 1)).await.status(), 201);
+    let conflict = problem(put(&s, "Anarchism", 18201, tid, &render(&html[1], 1)).await, 409).await;
+    assert_eq!(conflict["type"], "urn:revstore:problem:render-conflict", "{conflict}");
+    let served = client().get(s.url(&format!("{PAGE}/html/Anarchism/18201/{tid}"))).send().await.expect("send");
+    assert_eq!(&served.text().await.expect("body"), &html[0], "one ETag, two contents");
 }
 
 async fn titles_with_slashes_and_spaces_are_one_page(engine: Engine) {
@@ -276,6 +305,7 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
         (Method::GET, "/{domain}/v1/page/revisions/{title}"),
         (Method::DELETE, "/{domain}/v1/page/{title}"),
         (Method::POST, "/{domain}/v1/page/{title}/{rev}/suppress"),
+        (Method::DELETE, "/{domain}/v1/page/{title}/{rev}/suppress"),
     ];
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
 }
@@ -286,6 +316,7 @@ revstore_test_service::on_both_engines!(
     preconditions_drop_stale_renders,
     bad_input_is_refused_and_writes_nothing,
     delete_and_suppress_hide_content,
+    a_rev_and_tid_name_one_body,
     titles_with_slashes_and_spaces_are_one_page,
     the_openapi_document_covers_the_contract,
     pages_named_title_and_revisions_can_be_posted,

@@ -8,7 +8,6 @@
 //! render. A line's cursor names its title and render;
 //! a dump resumed from it continues with the next render of that title.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt, TryStreamExt};
@@ -158,7 +157,7 @@ impl HistoryDump {
             // Stored titles are normalised already; case-sensitive rules keep them as they are.
             let title = Title::parse(&indexed.title, TitleRules { first_letter: FirstLetterCase::Sensitive })
                 .map_err(|e| ArchiveError::internal(format!("indexed title: {e}")))?;
-            let hidden: HashSet<u64> = archive.suppressed_revisions(&self.domain, &title).await?.into_iter().collect();
+            let hidden = archive.hidden_revisions(&self.domain, &title).await?;
             // A title resumed from a cursor was not read from the index: its page is looked up.
             let page = match after {
                 Some(_) => TITLE_INDEX.identity_of(archive.store(), &self.domain, &indexed.title).await?,

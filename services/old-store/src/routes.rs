@@ -5,14 +5,13 @@
 //! to read), so the router names positions neutrally; the OpenAPI document
 //! gives every route its real parameter names.
 
-use std::collections::HashSet;
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use futures_util::{StreamExt, TryStreamExt};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};
 use revstore_service::problem::Problem;
@@ -57,7 +56,8 @@ pub fn routes(state: AppState) -> Routes {
     Routes::new()
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}"), get(get_revision).put(put_render))
         .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/{{rev_or_tid}}/{{tid}}"), get(get_render))
-        .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision))
+        .route(&format!("{ARCHIVE}/{{part_or_title}}/{{title_or_rev}}/suppress"), post(suppress_revision).delete(lift_suppression))
+        .route(&format!("{ARCHIVE}/{{part_or_title}}"), delete(delete_page))
         .route(&format!("{ARCHIVE}/revisions/{{title_or_rev}}"), get(list_revisions))
         .route(&format!("{ARCHIVE}/history/{{title_or_rev}}"), get(history))
         .route("/{domain}/v1/dump/history", get(dump_history))
@@ -77,6 +77,8 @@ pub fn routes(state: AppState) -> Routes {
         history,
         dump_history,
         suppress_revision,
+        lift_suppression,
+        delete_page,
         compaction_status,
         sweep_compaction_debt
     ),
@@ -182,7 +184,7 @@ async fn read(
     let rev = RevId::parse(rev)?;
     let tid = tid.map(Tid::parse).transpose()?;
     let archive = &state.archive;
-    let (suppressed, located) = tokio::join!(archive.is_suppressed(&domain, &title, rev), archive.locate(&domain, &title, rev, tid));
+    let (suppressed, located) = tokio::join!(archive.hides(&domain, &title, rev), archive.locate(&domain, &title, rev, tid));
     let located = match (suppressed?, located?) {
         (false, Some(l)) => l,
         _ => {
@@ -236,7 +238,7 @@ async fn list_revisions(
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(format!("limit {limit} is not within 1-{MAX_LIST_LIMIT}")));
     }
-    let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
+    let hidden = state.archive.hidden_revisions(&domain, &title).await?;
     let (rows, next) = state.archive.list(&domain, &title, params.from, limit, params.cursor).await?;
     let items = rows
         .into_iter()
@@ -253,7 +255,7 @@ async fn list_revisions(
     responses((status = 200, description = "application/x-ndjson, one bundle per line"), (status = 400, body = Problem)))]
 async fn history(State(state): State<AppState>, Path((domain, title)): Path<(String, String)>) -> Result<Response, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
-    let hidden: HashSet<u64> = state.archive.suppressed_revisions(&domain, &title).await?.into_iter().collect();
+    let hidden = state.archive.hidden_revisions(&domain, &title).await?;
     let mut locations = Box::pin(state.archive.locations(&domain, &title, HISTORY_PAGE));
     // The first revision before answering, so an unreachable store is a clean error.
     let first = locations.next().await.transpose()?;
@@ -327,6 +329,49 @@ async fn suppress_revision(
 ) -> Result<StatusCode, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
     state.archive.suppress(&domain, &title, RevId::parse(&rev)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Lift a revision's suppression: it is served again (forwarded by
+/// current-store's lift). Suppressing it again hides it again.
+#[utoipa::path(delete, path = "/{domain}/v1/archive/{title}/{rev}/suppress",
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("bearer" = [])))]
+async fn lift_suppression(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title, rev)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
+    state.archive.lift_suppression(&domain, &title, RevId::parse(&rev)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /{domain}/v1/archive/{title}`'s query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+struct DeleteQuery {
+    /// The newest revision deleted with the page.
+    rev: String,
+}
+
+/// Hide every archived revision of the page up to `rev` (the page deleted;
+/// forwarded by current-store's page deletion). A later deletion through a
+/// newer revision wins; revisions after `rev` (the page re-created) are
+/// served.
+#[utoipa::path(delete, path = "/{domain}/v1/archive/{title}",
+    params(("domain" = String, Path), ("title" = String, Path), DeleteQuery),
+    responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("bearer" = [])))]
+async fn delete_page(
+    _: WriteAccess,
+    State(state): State<AppState>,
+    Path((domain, title)): Path<(String, String)>,
+    query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    let (domain, title) = parse_page(&domain, &title, state.titles)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    state.archive.delete_page(&domain, &title, RevId::parse(&query.rev)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -49,8 +49,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use revstore_keys::{Domain, Tid, Title};
-use revstore_schema::tables::old_store::{ARCHIVE_TITLES, col};
+use revstore_schema::tables::old_store::{ARCHIVE_SUPPRESSED, ARCHIVE_TITLES, col};
 use revstore_service::dump::TitleIndex;
+use revstore_service::suppressions::Suppressions;
 use revstore_storage::{Row, Store, Value};
 
 use crate::block::{BlockKey, DecodedBlock};
@@ -61,6 +62,9 @@ use crate::queue::CompactionQueue;
 /// `archive_titles`, the index of each domain's archived titles that
 /// history dumps walk.
 pub(crate) const TITLE_INDEX: TitleIndex = TitleIndex { table: &ARCHIVE_TITLES, identities: true };
+
+/// old-store's suppressions (`archive_suppressed`), forwarded by current-store.
+pub(crate) const SUPPRESSIONS: Suppressions = Suppressions { table: &ARCHIVE_SUPPRESSED };
 
 /// Which renders of a title are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

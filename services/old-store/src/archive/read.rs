@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, TryStreamExt};
 use revstore_keys::{Domain, RevId, Tid, Title};
-use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, col};
 use revstore_storage::{ReadQuery, Row, Slice, Value};
 
 use super::{Archive, integrity, key_values};
@@ -324,12 +324,35 @@ impl Archive {
         Ok((page.rows.iter().filter_map(located).collect(), page.next))
     }
 
-    /// The revisions of a title that are suppressed.
-    pub async fn suppressed_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<u64>, ArchiveError> {
-        let rows =
-            self.inner.store.rows(ReadQuery::new(&ARCHIVE_SUPPRESSED, key_values(domain, title)).columns([col::SUPPRESSED_AT]).limit(1000));
-        Ok(rows.try_filter_map(|r| std::future::ready(Ok(r.bigint(col::REV).map(|rev| rev as u64)))).try_collect().await?)
+    /// The revisions of a title that must not be served: the suppressed
+    /// ones, and those deleted with the page.
+    pub async fn hidden_revisions(&self, domain: &Domain, title: &Title) -> Result<Hidden, ArchiveError> {
+        let (suppressed, deleted_through) = tokio::try_join!(
+            async { Ok::<_, ArchiveError>(super::SUPPRESSIONS.revisions(&self.inner.store, domain, title).await?) },
+            self.deleted_through(domain, title)
+        )?;
+        Ok(Hidden { suppressed: suppressed.into_iter().map(RevId::get).collect(), deleted_through })
+    }
+
+    /// The revision the page was deleted through, if it was.
+    pub async fn deleted_through(&self, domain: &Domain, title: &Title) -> Result<Option<u64>, ArchiveError> {
+        let query = ReadQuery::new(&ARCHIVE_META, key_values(domain, title)).first(1).columns([col::DELETED_THROUGH_REV]);
+        let statics = self.inner.store.read(&query).await?.statics;
+        Ok(statics.and_then(|s| s.bigint(col::DELETED_THROUGH_REV)).map(|r| r as u64))
     }
 
     // ---- compaction ------------------------------------------------------
+}
+
+/// The revisions of a title that are not served.
+#[derive(Debug, Clone, Default)]
+pub struct Hidden {
+    suppressed: std::collections::BTreeSet<u64>,
+    deleted_through: Option<u64>,
+}
+
+impl Hidden {
+    pub fn contains(&self, rev: &u64) -> bool {
+        self.suppressed.contains(rev) || self.deleted_through.is_some_and(|through| *rev <= through)
+    }
 }

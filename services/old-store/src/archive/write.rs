@@ -7,7 +7,8 @@ use std::time::Duration;
 use revstore_api::PageIdentity;
 use revstore_codecs::encode_chained;
 use revstore_keys::{Domain, RevId, Tid, Title};
-use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, ARCHIVE_SUPPRESSED, col};
+use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, col};
+use revstore_service::suppressions::{Change, deletion_timestamp};
 use revstore_storage::{Cas, Condition, ReadQuery, Row, Serialized, Slice, Upsert, Value, Write};
 
 use super::{Archive, ArchiveOutcome, TitleState, UpdatePolicy, key_values};
@@ -38,8 +39,8 @@ impl Archive {
         tid: Tid,
         entry: Vec<u8>,
     ) -> Result<ArchiveOutcome, ArchiveError> {
-        if self.is_suppressed(domain, title, rev).await? {
-            return Ok(ArchiveOutcome::Skipped("the revision is suppressed"));
+        if self.hides(domain, title, rev).await? {
+            return Ok(ArchiveOutcome::Skipped("the revision is suppressed or deleted with its page"));
         }
         let entry = Arc::new(entry);
         for attempt in 0..MAX_SLOT_ATTEMPTS {
@@ -218,23 +219,36 @@ impl Archive {
         queue.schedule_settle(place.key, self.inner.seal_level);
     }
 
+    /// Hides a revision from every read (current-store's suppression, forwarded).
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
-        let [d, t] = key_values(domain, title);
-        let now = revstore_keys::time::millis(self.inner.store.now());
-        self.inner
-            .store
-            .write(Upsert::new(&ARCHIVE_SUPPRESSED, [d, t, Value::from(rev.as_i64())]).set(col::SUPPRESSED_AT, Value::Timestamp(now)))
-            .await?;
+        super::SUPPRESSIONS.change(&self.inner.store, domain, title, rev, Change::Suppress).await?;
         Ok(())
     }
 
-    pub async fn is_suppressed(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ArchiveError> {
-        let [d, t] = key_values(domain, title);
-        Ok(self
-            .inner
-            .store
-            .get(&ARCHIVE_SUPPRESSED, vec![d, t, Value::from(rev.as_i64())], Some(vec![col::SUPPRESSED_AT]))
-            .await?
-            .is_some())
+    /// Lifts a revision's suppression: it is served again.
+    pub async fn lift_suppression(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
+        super::SUPPRESSIONS.change(&self.inner.store, domain, title, rev, Change::Lift).await?;
+        Ok(())
+    }
+
+    /// Hides every revision of the page up to `through` (the page deleted):
+    /// a static cell written at the deletion's timestamp, so a deletion
+    /// through a later revision wins and none through an earlier one does.
+    /// The blocks stay (a revision written after a re-creation shares them).
+    pub async fn delete_page(&self, domain: &Domain, title: &Title, through: RevId) -> Result<(), ArchiveError> {
+        let fence = Upsert::new(&ARCHIVE_META, key_values(domain, title))
+            .set(col::DELETED_THROUGH_REV, through.as_i64())
+            .timestamp(deletion_timestamp(through));
+        self.inner.store.write(fence).await?;
+        Ok(())
+    }
+
+    /// Whether `rev` of the page must not be served: suppressed, or deleted with the page.
+    pub async fn hides(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<bool, ArchiveError> {
+        let (suppressed, deleted_through) = tokio::try_join!(
+            async { Ok::<_, ArchiveError>(super::SUPPRESSIONS.is_suppressed(&self.inner.store, domain, title, rev).await?) },
+            self.deleted_through(domain, title)
+        )?;
+        Ok(suppressed || deleted_through.is_some_and(|through| rev.get() <= through))
     }
 }

@@ -1,0 +1,138 @@
+//! Suppressions (MediaWiki's revision deletion): revisions hidden from every
+//! reader, which an oversighter can lift and set again. current-store
+//! (`suppressed`) and old-store (`archive_suppressed`) each keep one, with
+//! the columns of [`col`]: a row per revision ever suppressed.
+//!
+//! A row holds `suppressed_at` and `lifted_at`, each written with its own
+//! value as the cell's write timestamp, so the newest of each wins whatever
+//! order the writes arrive in. The revision is hidden while `suppressed_at`
+//! is later than `lifted_at` (or nothing was lifted). A change reads the row
+//! first and writes a time later than the other column's, whatever its own
+//! clock says: a lift made after a suppression, or a suppression after a
+//! lift, wins however far apart the two writers' clocks are. Two changes at
+//! once (two sites during a cut) are ordered by their times; the later one
+//! stands everywhere once the sites exchange the row.
+//!
+//! A page's deletion hides its revisions too, through the newest one
+//! deleted: each service keeps that revision in a static cell of the page's
+//! partition, written at [`deletion_timestamp`].
+//!
+//! Nothing is deleted: a lift is a cell, so a suppression's row never turns
+//! into a tombstone that reads step over, and a suppression once lifted can
+//! be set again.
+
+use std::collections::BTreeSet;
+
+use futures_util::TryStreamExt;
+use revstore_keys::{Domain, RevId, Title};
+use revstore_storage::{ReadQuery, Row, Store, StoreResult, TableDef, Upsert, Value};
+
+/// The columns every suppression table declares.
+pub mod col {
+    pub const DOMAIN: &str = "domain";
+    pub const TITLE: &str = "title";
+    pub const REV: &str = "rev";
+    pub const SUPPRESSED_AT: &str = "suppressed_at";
+    pub const LIFTED_AT: &str = "lifted_at";
+}
+
+/// The write timestamps of page deletions, above every clock's: a deletion
+/// of a page through revision R writes what hides the page's revisions at
+/// [`deletion_timestamp`]`(R)`, so that no write of a revision up to R (a
+/// retried job, a late replica, another site's), timestamped by a clock, is
+/// newer, while a deletion through a later revision always wins over an
+/// earlier one. (2^61 µs is some 73,000 years.)
+const DELETIONS: i64 = 1 << 61;
+
+/// The write timestamp of a page's deletion through `rev`.
+pub fn deletion_timestamp(rev: RevId) -> i64 {
+    DELETIONS + rev.as_i64()
+}
+
+/// Suppressed revisions listed per read (a page has a handful).
+const PAGE: u32 = 1000;
+
+/// What a change does to a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Suppress,
+    Lift,
+}
+
+/// A service's suppression table.
+#[derive(Debug, Clone, Copy)]
+pub struct Suppressions {
+    pub table: &'static TableDef,
+}
+
+impl Suppressions {
+    /// Suppresses or lifts `rev` of the page; answers whether the revision
+    /// was hidden before. Idempotent: suppressing a hidden revision (or
+    /// lifting a visible one) writes nothing.
+    pub async fn change(&self, store: &Store, domain: &Domain, title: &Title, rev: RevId, change: Change) -> StoreResult<bool> {
+        let key = self.key(domain, title, rev);
+        let row = store.get(self.table, key.to_vec(), Some(vec![col::SUPPRESSED_AT, col::LIFTED_AT])).await?;
+        let (suppressed_at, lifted_at) = times(row.as_ref());
+        let hidden = is_hidden(suppressed_at, lifted_at);
+        let (column, after) = match change {
+            Change::Suppress if !hidden => (col::SUPPRESSED_AT, lifted_at),
+            Change::Lift if hidden => (col::LIFTED_AT, suppressed_at),
+            _ => return Ok(hidden),
+        };
+        let now = revstore_keys::time::millis(store.now());
+        let at = after.map_or(now, |after| now.max(after + 1));
+        store.write(Upsert::new(self.table, key).set(column, Value::Timestamp(at)).timestamp(at * 1000)).await?;
+        Ok(hidden)
+    }
+
+    /// Whether `rev` of the page is hidden.
+    pub async fn is_suppressed(&self, store: &Store, domain: &Domain, title: &Title, rev: RevId) -> StoreResult<bool> {
+        let row = store.get(self.table, self.key(domain, title, rev).to_vec(), Some(vec![col::SUPPRESSED_AT, col::LIFTED_AT])).await?;
+        let (suppressed_at, lifted_at) = times(row.as_ref());
+        Ok(is_hidden(suppressed_at, lifted_at))
+    }
+
+    /// Every hidden revision of the page.
+    pub async fn revisions(&self, store: &Store, domain: &Domain, title: &Title) -> StoreResult<BTreeSet<RevId>> {
+        let partition = [Value::from(domain.as_str()), Value::from(title.as_str())];
+        let query = ReadQuery::new(self.table, partition).columns([col::SUPPRESSED_AT, col::LIFTED_AT]).limit(PAGE);
+        let rows: Vec<Row> = store.rows(query).try_collect().await?;
+        Ok(rows
+            .iter()
+            .filter(|row| {
+                let (suppressed_at, lifted_at) = times(Some(row));
+                is_hidden(suppressed_at, lifted_at)
+            })
+            .filter_map(|row| row.bigint(col::REV).and_then(|r| RevId::new(r as u64).ok()))
+            .collect())
+    }
+
+    fn key(&self, domain: &Domain, title: &Title, rev: RevId) -> [Value; 3] {
+        [Value::from(domain.as_str()), Value::from(title.as_str()), Value::from(rev.as_i64())]
+    }
+}
+
+fn times(row: Option<&Row>) -> (Option<i64>, Option<i64>) {
+    row.map_or((None, None), |row| (row.timestamp(col::SUPPRESSED_AT), row.timestamp(col::LIFTED_AT)))
+}
+
+fn is_hidden(suppressed_at: Option<i64>, lifted_at: Option<i64>) -> bool {
+    match (suppressed_at, lifted_at) {
+        (Some(suppressed), Some(lifted)) => suppressed > lifted,
+        (suppressed, _) => suppressed.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revision_is_hidden_while_its_suppression_is_later_than_its_lift() {
+        assert!(!is_hidden(None, None));
+        assert!(is_hidden(Some(5), None));
+        assert!(!is_hidden(Some(5), Some(6)), "lifted");
+        assert!(is_hidden(Some(7), Some(6)), "suppressed again");
+        assert!(!is_hidden(None, Some(6)));
+    }
+}

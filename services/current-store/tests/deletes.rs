@@ -1,0 +1,200 @@
+//! A page's deletion against its worst arrivals: a render job retried after
+//! the delete (the same rev and tid, seconds to minutes later), a render that
+//! passed its check just before the delete (stored behind it), a render job
+//! of a revision the delete named but current-store never held, a page whose
+//! last render carried a tid from a clock ahead, and a page re-created and
+//! deleted again. Also one body per (rev, tid). On both engines.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use revstore_current_store::{PagesError, Preconditions, Refusal, RenderId, decode_part};
+use revstore_keys::{Domain, RevId, TidGenerator, Title, TitleRules};
+use revstore_schema::tables::current_store::{PAGE_RENDERS, col};
+use revstore_storage::testing::TestKeyspace;
+use revstore_storage::{ManualClock, Store, Upsert, Value};
+
+struct Page {
+    pages: revstore_current_store::Pages,
+    domain: Domain,
+    title: Title,
+}
+
+impl Page {
+    fn new(store: Store, title: &str) -> Page {
+        let pages = common::pages_keeping(store, Duration::from_secs(3600));
+        let domain = Domain::parse("en.wikipedia.org").expect("domain");
+        Page { pages, domain, title: Title::parse(title, TitleRules::default()).expect("title") }
+    }
+
+    fn id(&self, rev: u64, at: SystemTime) -> RenderId {
+        RenderId { rev: RevId::new(rev).expect("rev"), tid: TidGenerator::new().next_at(at) }
+    }
+
+    fn now(&self) -> SystemTime {
+        self.pages.store.now()
+    }
+
+    async fn put(&self, id: RenderId, html: &str) -> Result<(), PagesError> {
+        let body = common::render(html, id.rev.get());
+        self.pages.put(&self.domain, &self.title, id, &body, &Preconditions::default()).await
+    }
+
+    async fn latest(&self) -> Option<RenderId> {
+        self.pages.latest(&self.domain, &self.title, &["tid"]).await.expect("latest").map(|f| f.id)
+    }
+
+    async fn html_of(&self, id: RenderId) -> Option<String> {
+        let found = self.pages.of_tid(&self.domain, &self.title, id.rev, id.tid, &["html"]).await.expect("of_tid")?;
+        let html = decode_part(found.row.blob(col::HTML).expect("html"), "html").expect("decode");
+        Some(String::from_utf8(html).expect("utf-8"))
+    }
+
+    async fn by_rev(&self, rev: u64) -> Option<RenderId> {
+        self.pages.of_rev(&self.domain, &self.title, RevId::new(rev).expect("rev"), &["tid"]).await.expect("of_rev").map(|f| f.id)
+    }
+
+    async fn listed(&self) -> Vec<u64> {
+        self.pages.held(&self.domain, &self.title).await.expect("held").iter().map(|h| h.rev).collect()
+    }
+
+    async fn delete(&self, through: Option<u64>) -> Option<u64> {
+        let through = through.map(|r| RevId::new(r).expect("rev"));
+        self.pages.delete(&self.domain, &self.title, through).await.expect("delete").map(RevId::get)
+    }
+
+    async fn hides(&self, rev: u64) -> bool {
+        self.pages.hides(&self.domain, &self.title, RevId::new(rev).expect("rev")).await.expect("hides")
+    }
+
+    /// A render's row written straight to the table with the store's clock,
+    /// as a write that passed its check just before the delete stores it.
+    async fn store_raced(&self, id: RenderId) {
+        let key = [Value::from(self.domain.as_str()), Value::from(self.title.as_str()), Value::from(id.rev.as_i64()), Value::from(id.tid)];
+        let stored_at = Value::Timestamp(revstore_keys::time::millis(self.now()));
+        self.pages.store.write(Upsert::new(&PAGE_RENDERS, key).set(col::STORED_AT, stored_at)).await.expect("raced write");
+    }
+}
+
+fn refused(result: Result<(), PagesError>, kind: Refusal) -> bool {
+    matches!(result, Err(PagesError::Refused { kind: k, .. }) if k == kind)
+}
+
+async fn no_deleted_render_is_served_and_every_201_stays_readable(store: Store, wait: impl Fn(Duration)) {
+    // A render job retried after the delete: refused, and nothing served.
+    let page = Page::new(store.clone(), "Deleted and retried");
+    let five = page.id(5, page.now());
+    page.put(five, "<p>five</p>").await.expect("stored");
+    assert_eq!(page.delete(None).await, Some(5), "deleted through the newest revision held");
+    wait(Duration::from_secs(1));
+    assert!(refused(page.put(five, "<p>five</p>").await, Refusal::PageDeleted), "a retried render of a deleted page was taken");
+    assert_eq!(page.latest().await, None, "a deleted page served as the latest");
+    assert_eq!(page.by_rev(5).await, None, "served by revision");
+    assert_eq!(page.html_of(five).await, None, "served by tid");
+    assert_eq!(page.listed().await, Vec::<u64>::new(), "listed");
+    assert!(page.hides(5).await, "old-store's fallback would serve it");
+    // One that passed its check just before the delete lands behind it: never served.
+    let raced = page.id(5, page.now());
+    page.store_raced(raced).await;
+    assert_eq!(page.latest().await, None, "a render stored behind the delete served as the latest");
+    assert_eq!(page.html_of(raced).await, None, "a render stored behind the delete served by tid");
+
+    // Re-created by a new revision, deleted again, re-created again.
+    let six = page.id(6, page.now());
+    page.put(six, "<p>six</p>").await.expect("a re-creation is stored");
+    assert_eq!(page.latest().await, Some(six), "a re-created page not served");
+    assert!(!page.hides(6).await);
+    assert_eq!(page.delete(None).await, Some(6));
+    assert!(refused(page.put(six, "<p>six</p>").await, Refusal::PageDeleted));
+    assert_eq!(page.latest().await, None);
+    let seven = page.id(7, page.now());
+    page.put(seven, "<p>seven</p>").await.expect("stored");
+    assert_eq!(page.latest().await, Some(seven));
+    assert_eq!(page.html_of(seven).await.as_deref(), Some("<p>seven</p>"));
+
+    // The page's last render from a clock ahead (the allowed skew): a new
+    // revision written right after the delete is stored and readable.
+    let skewed = Page::new(store.clone(), "Deleted after a render from a clock ahead");
+    let ahead = skewed.id(3, skewed.now() + Duration::from_secs(290));
+    skewed.put(ahead, "<p>ahead</p>").await.expect("stored");
+    assert_eq!(skewed.delete(None).await, Some(3));
+    let four = skewed.id(4, skewed.now());
+    skewed.put(four, "<p>four</p>").await.expect("stored");
+    assert_eq!(skewed.latest().await, Some(four), "a 201 after the delete is not readable as the latest");
+    assert_eq!(skewed.html_of(four).await.as_deref(), Some("<p>four</p>"), "a 201 after the delete is not readable by tid");
+
+    // Deleted through a revision current-store never held (the wiki's newest,
+    // whose render job was still queued): its late render is refused.
+    let late = Page::new(store.clone(), "Deleted before its newest render came");
+    late.put(late.id(4, late.now()), "<p>four</p>").await.expect("stored");
+    assert_eq!(late.delete(Some(6)).await, Some(6));
+    assert_eq!(late.delete(Some(5)).await, Some(6), "a deletion through an older revision narrowed the fence");
+    assert!(refused(late.put(late.id(5, late.now()), "<p>five</p>").await, Refusal::PageDeleted));
+    assert!(refused(late.put(late.id(6, late.now()), "<p>six</p>").await, Refusal::PageDeleted));
+    assert_eq!(late.latest().await, None);
+    let seven = late.id(7, late.now());
+    late.put(seven, "<p>seven</p>").await.expect("stored");
+    assert_eq!(late.latest().await, Some(seven));
+
+    // A page current-store holds nothing of: nothing to fence, nothing fails.
+    let never = Page::new(store.clone(), "Never rendered");
+    assert_eq!(never.delete(None).await, None);
+    never.put(never.id(1, never.now()), "<p>one</p>").await.expect("stored");
+}
+
+async fn a_rev_and_tid_name_one_body(store: Store) {
+    let page = Page::new(store, "One body per render");
+    let three = page.id(3, page.now());
+    page.put(three, "<p>first</p>").await.expect("stored");
+    assert!(refused(page.put(three, "<p>second</p>").await, Refusal::OtherBody), "a second body under a stored (rev, tid)");
+    assert_eq!(page.html_of(three).await.as_deref(), Some("<p>first</p>"));
+    page.put(three, "<p>first</p>").await.expect("the same render again is taken");
+    // Behind a newer render (a retry that arrives after the next render).
+    let four = page.id(4, page.now());
+    page.put(four, "<p>four</p>").await.expect("stored");
+    assert!(refused(page.put(three, "<p>second</p>").await, Refusal::OtherBody), "a second body behind the latest");
+    page.put(three, "<p>first</p>").await.expect("the same render again, behind the latest");
+    assert_eq!(page.html_of(three).await.as_deref(), Some("<p>first</p>"));
+    assert_eq!(page.latest().await, Some(four));
+}
+
+fn embedded_store() -> (tempfile::TempDir, ManualClock) {
+    (tempfile::tempdir().expect("tempdir"), ManualClock::starting_now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_deleted_render_is_served_and_every_201_stays_readable_embedded() {
+    let (dir, clock) = embedded_store();
+    let store = common::store_on_clock(dir.path(), &clock).await;
+    no_deleted_render_is_served_and_every_201_stays_readable(store, |by| clock.advance(by)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rev_and_tid_name_one_body_embedded() {
+    let (dir, clock) = embedded_store();
+    a_rev_and_tid_name_one_body(common::store_on_clock(dir.path(), &clock).await).await;
+}
+
+async fn cassandra_store(name: &str) -> (TestKeyspace, Store) {
+    let keyspace = TestKeyspace::new(name);
+    let store = Store::new(Arc::new(keyspace.connect().await));
+    store.migrate(&revstore_schema::COMPONENTS).await.expect("migrate");
+    (keyspace, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn no_deleted_render_is_served_and_every_201_stays_readable_cassandra() {
+    let (_keyspace, store) = cassandra_store("deletes").await;
+    let wait = |by| tokio::task::block_in_place(|| std::thread::sleep(by));
+    no_deleted_render_is_served_and_every_201_stays_readable(store, wait).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Cassandra: run scripts/test, or set REVSTORE_TEST_CASSANDRA and pass --ignored"]
+async fn a_rev_and_tid_name_one_body_cassandra() {
+    let (_keyspace, store) = cassandra_store("one_body").await;
+    a_rev_and_tid_name_one_body(store).await;
+}
