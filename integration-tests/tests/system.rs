@@ -37,6 +37,7 @@ async fn the_whole_system(engine: Engine) {
     history_written_out_of_order_by_concurrent_clients_reads_back_by_precedence(&system).await;
     a_template_change_lists_its_dependents_and_a_pulled_page_is_marked_updated(&system).await;
     superseded_within_grace_then_gone_then_from_old_store_and_old_store_outage_loses_nothing(&mut system).await;
+    a_deleted_page_is_served_by_no_route_and_a_lifted_suppression_is_served_again(&system).await;
     one_trace_follows_a_render_into_old_store_and_the_graph(&system, &otlp).await;
     the_janitor_finds_the_result_at_the_ideal(&system);
 }
@@ -243,6 +244,55 @@ async fn superseded_within_grace_then_gone_then_from_old_store_and_old_store_out
         assert_eq!(get(system, &url).await, (200, format!("<p>revision {rev}</p>")));
     }
     assert_eq!(get(system, &by_tid).await, (200, "<p>first</p>".to_owned()), "served from old-store after the grace period");
+}
+
+/// A page deleted after its revisions reached old-store: no route serves
+/// them again — current-store's latest, by tid, the fallback to old-store,
+/// old-store's own reads once the deletion is delivered — and the render job
+/// retried after the delete is refused. A newer revision re-creates the page;
+/// a suppression of it lifted is served again by both stores.
+async fn a_deleted_page_is_served_by_no_route_and_a_lifted_suppression_is_served_again(system: &System) {
+    let location = write(system, "Deleted_page", 1, None, "<p>one</p>", None).await;
+    let tid = location.rsplit('/').next().expect("the tid in Location").to_owned();
+    write(system, "Deleted_page", 2, None, "<p>two</p>", None).await;
+    let archived = |rev: u64| system.old.url(&format!("/{DOMAIN}/v1/archive/html/Deleted_page/{rev}"));
+    eventually("both revisions of Deleted_page in old-store", DELIVERY, || async {
+        get(system, &archived(1)).await.0 == 200 && get(system, &archived(2)).await.0 == 200
+    })
+    .await;
+    let page = system.current.url(&format!("/{DOMAIN}/v1/page/Deleted_page"));
+    let deleted = system.http.delete(&page).bearer_auth(&system.token).send().await.expect("delete");
+    assert_eq!(deleted.status(), 204);
+    let current = |path: &str| system.current.url(&format!("/{DOMAIN}/v1/page/{path}"));
+    assert_eq!(get(system, &current("html/Deleted_page")).await.0, 404, "the deleted page's latest");
+    assert_eq!(get(system, &current(&format!("html/Deleted_page/1/{tid}"))).await.0, 404, "by tid, or through old-store");
+    assert_eq!(get(system, &current("html/Deleted_page/1")).await.0, 404, "through the fallback to old-store");
+    eventually("the deletion delivered to old-store", DELIVERY, || async {
+        get(system, &archived(1)).await.0 == 404 && get(system, &archived(2)).await.0 == 404
+    })
+    .await;
+    let retried = system
+        .http
+        .put(current(&format!("Deleted_page/1/{tid}")))
+        .bearer_auth(&system.token)
+        .header("content-type", "application/json")
+        .body(render("<p>one</p>"))
+        .send()
+        .await
+        .expect("retry");
+    assert_eq!(retried.status(), 409, "the render job retried after the delete");
+    assert_eq!(get(system, &current("html/Deleted_page")).await.0, 404, "the retried render brought the page back");
+
+    write(system, "Deleted_page", 3, None, "<p>three</p>", None).await;
+    assert_eq!(get(system, &current("html/Deleted_page")).await, (200, "<p>three</p>".to_owned()), "re-created");
+    eventually("the re-created revision in old-store", DELIVERY, || async { get(system, &archived(3)).await.0 == 200 }).await;
+    let suppression = current("Deleted_page/3/suppress");
+    assert_eq!(system.http.post(&suppression).bearer_auth(&system.token).send().await.expect("suppress").status(), 204);
+    assert_eq!(get(system, &current("html/Deleted_page")).await.0, 404, "a suppressed revision served");
+    eventually("the suppression delivered to old-store", DELIVERY, || async { get(system, &archived(3)).await.0 == 404 }).await;
+    assert_eq!(system.http.delete(&suppression).bearer_auth(&system.token).send().await.expect("lift").status(), 204);
+    eventually("the lift delivered to old-store", DELIVERY, || async { get(system, &archived(3)).await.0 == 200 }).await;
+    assert_eq!(get(system, &current("html/Deleted_page/3")).await, (200, "<p>three</p>".to_owned()), "lifted, through old-store");
 }
 
 /// A render written with a trace context: current-store's request, the

@@ -41,14 +41,20 @@
 //! every read of the shard stepped over until `gc_grace_seconds` had passed;
 //! past 100,000 of them Cassandra aborts the read, and the hand-off stopped.)
 //!
-//! Failures are of two kinds, and only one may hold a shard up:
-//! - **transient** (no answer, 5xx, 408, 429, and 401/403, which say the
-//!   sender's token is wrong rather than the row; and a row whose receiver is
-//!   not configured): the shard stops for the round, keeping its order, and
-//!   the worker pauses before the next round, longer after each failed round,
+//! Failures are of three kinds, and none holds a shard up for long, nor one
+//! shard the others:
+//! - **transient** (no answer, 502, 503, 504, 408, 429, and 401/403, which
+//!   say the sender's token is wrong rather than the row; and a row whose
+//!   receiver is not configured): the shard stops for the round, keeping its
+//!   order, and pauses before its next round, longer after each failed round,
 //!   up to a minute, and at least as long as a receiver's `Retry-After` asked
 //!   (an overloaded old-store sheds with 503 and `Retry-After`; coming back
-//!   sooner would only be shed again);
+//!   sooner would only be shed again). The other shards go on; the worker
+//!   itself pauses only when every shard it tried failed;
+//! - **faulty** (any other 5xx: the receiver answered and failed on this
+//!   row — a damaged block, a bug): like a transient failure, until the same
+//!   row has failed [`FAULTY_ATTEMPTS`] times in a row; then it is moved to
+//!   the dead letters as below, and the rows behind it flow on;
 //! - **permanent** (any other 4xx, a path no client may send, a row that
 //!   cannot be read): retrying cannot change the answer, so the row is copied
 //!   to `outbox_dead_letters`, counted in `outbox_dead_letters_total`, logged
@@ -142,15 +148,28 @@ pub(crate) fn queued(store: &Store, shard: i64) -> Upsert {
 enum Failure {
     /// Try again later, in order; not before `retry_after` when the receiver said so.
     Transient { reason: String, retry_after: Option<Duration> },
+    /// The receiver answered and failed on this row (a 5xx that is not an
+    /// outage's 502, 503 or 504: a damaged block, a bug): tried again in
+    /// order, and moved aside after [`FAULTY_ATTEMPTS`] such answers in a row,
+    /// so that the rows behind it flow on.
+    Faulty { status: u16, reason: String },
     /// The receiver (or the row itself) rules out success: move the row aside.
     Permanent { status: Option<u16>, reason: String },
 }
+
+/// Answers of a receiver that failed on one row, in a row, before the row is
+/// moved to the dead letters. With the shard's pauses between attempts
+/// (doubling from a poll interval to a minute) that is some ten minutes.
+pub const FAULTY_ATTEMPTS: u32 = 12;
 
 impl Failure {
     fn of(error: ClientError) -> Failure {
         match &error {
             ClientError::Status { status, .. } if status.is_client_error() && !is_retryable_client_error(*status) => {
                 Failure::Permanent { status: Some(status.as_u16()), reason: error.to_string() }
+            }
+            ClientError::Status { status, .. } if status.is_server_error() && !is_outage(*status) => {
+                Failure::Faulty { status: status.as_u16(), reason: error.to_string() }
             }
             ClientError::DotSegment { .. } | ClientError::Config(_) => Failure::Permanent { status: None, reason: error.to_string() },
             _ => Failure::Transient { reason: error.to_string(), retry_after: error.retry_after() },
@@ -162,6 +181,12 @@ impl Failure {
     }
 }
 
+/// 5xx answers that say the receiver (or what stands before it) is down or
+/// overloaded, not that it failed on the row: every row waits for it.
+fn is_outage(status: StatusCode) -> bool {
+    matches!(status, StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT)
+}
+
 /// 4xx answers that a later attempt may turn into a success.
 fn is_retryable_client_error(status: StatusCode) -> bool {
     matches!(status, StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
@@ -170,6 +195,8 @@ fn is_retryable_client_error(status: StatusCode) -> bool {
 /// The longest `Retry-After` the worker honours (a receiver's answer is not
 /// allowed to stop delivery for longer).
 const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// The longest pause of a shard after failed rounds.
+const LONGEST_PAUSE: Duration = Duration::from_secs(60);
 
 /// A shard's round stopped at a row that could not be delivered now.
 #[derive(Debug)]
@@ -201,6 +228,14 @@ struct HeldShard {
     minutes_seen: BTreeSet<i64>,
     /// Since when (µs) rows have been waiting, when the last round did not catch up.
     waiting_since: Option<i64>,
+    /// The shard's own pause after failed rounds: not tried before this
+    /// (store clock, ms), so that a failing shard waits while the others go on.
+    paused_until: i64,
+    /// Failed rounds in a row (the pause doubles with each).
+    failed_rounds: u32,
+    /// The row at the head of the shard that its receiver failed on, and how
+    /// many times in a row ([`Failure::Faulty`]).
+    faults: Option<(Tid, u32)>,
 }
 
 impl HeldShard {
@@ -211,7 +246,19 @@ impl HeldShard {
             read_from: Bound::Included(delivered_through),
             minutes_seen: BTreeSet::new(),
             waiting_since: None,
+            paused_until: i64::MIN,
+            failed_rounds: 0,
+            faults: None,
         }
+    }
+
+    /// After a failed round: the shard pauses, doubling from a poll interval
+    /// up to a minute, and at least as long as the receiver asked.
+    fn pause(&mut self, now: i64, retry_after: Option<Duration>) {
+        self.failed_rounds = self.failed_rounds.saturating_add(1);
+        let doubled = POLL.saturating_mul(1 << self.failed_rounds.min(7)).min(LONGEST_PAUSE);
+        let pause = doubled.max(retry_after.unwrap_or_default().min(LONGEST_RETRY_AFTER));
+        self.paused_until = now + pause.as_millis() as i64;
     }
 
     /// The id the next read starts at (inclusive or not).
@@ -362,10 +409,11 @@ impl Worker for Delivery {
         "outbox"
     }
 
-    /// Busy while a shard read a full batch (more is waiting); a round in
-    /// which a shard failed fails (the others were still delivered), so the
-    /// runner pauses before the next.
-    async fn work(&mut self, stop: &CancellationToken) -> Result<WorkerState, BoxError> {
+    /// Busy while a shard read a full batch (more is waiting). A shard that
+    /// fails pauses on its own ([`HeldShard::pause`]); the round fails, and
+    /// the runner pauses, only when every shard tried failed or the leases
+    /// could not be tended.
+    async fn work(&mut self, _stop: &CancellationToken) -> Result<WorkerState, BoxError> {
         let mut failed = Vec::new();
         if millis(self.store.now()) >= self.next_lease_round {
             if let Err(e) = self.tend_leases().await {
@@ -375,25 +423,31 @@ impl Worker for Delivery {
         }
         let mut delivered = 0usize;
         let mut more = false;
-        let mut asked_to_wait = None;
+        let now_ms = millis(self.store.now());
         // The shards at once, each in its own order: one slow answer holds up
-        // its shard's next row, not every shard's.
+        // its shard's next row, not every shard's; a failing shard pauses on
+        // its own while the others go on.
         let (store, receivers, margin) = (&self.store, &self.receivers, self.margin);
-        let rounds = futures_util::future::join_all(self.held.iter_mut().map(|(&shard, held)| async move {
+        let due = self.held.iter_mut().filter(|(_, held)| held.paused_until <= now_ms);
+        let rounds = futures_util::future::join_all(due.map(|(&shard, held)| async move {
             let result = deliver_shard(store, receivers, shard, held, margin).await;
             (shard, held, result)
         }))
         .await;
+        let tried = rounds.len();
+        let mut shards_failed = Vec::new();
         for (shard, held, result) in rounds {
             match result {
                 Ok(round) => {
                     delivered += round.delivered;
                     more |= round.more;
                     held.waiting_since = round.more.then(|| held.read_position().unix_micros());
+                    held.failed_rounds = 0;
                 }
                 Err(ShardFailure { reason, retry_after }) => {
-                    failed.push(format!("shard {shard}: {reason}"));
-                    asked_to_wait = asked_to_wait.max(retry_after);
+                    held.pause(millis(self.store.now()), retry_after);
+                    tracing::warn!(service = "current-store", shard, reason, failed_rounds = held.failed_rounds, "outbox shard paused");
+                    shards_failed.push(format!("shard {shard}: {reason}"));
                     // Everything queued since the read position waits, and
                     // keeps waiting (the figure grows) while the shard fails.
                     held.waiting_since = Some(held.read_position().unix_micros());
@@ -409,12 +463,11 @@ impl Worker for Delivery {
         let oldest = self.held.values().filter_map(|h| h.waiting_since).min();
         let age_secs = oldest.map_or(0.0, |since| (now - since).max(0) as f64 / 1e6);
         metrics::gauge!("outbox_oldest_pending_seconds", "service" => crate::SERVICE).set(age_secs);
-        if let Some(wait) = asked_to_wait {
-            // The runner's own pause follows; together at least what was asked.
-            tokio::select! {
-                () = tokio::time::sleep(wait.min(LONGEST_RETRY_AFTER)) => {}
-                () = stop.cancelled() => {}
-            }
+        // The runner pauses the whole worker only when nothing went: every
+        // shard tried failed (the receiver is down), or the leases could not
+        // be tended.
+        if tried > 0 && shards_failed.len() == tried {
+            failed.extend(shards_failed);
         }
         if let Some(first) = failed.first() {
             return Err(format!("outbox delivery failed in {} places ({first})", failed.len()).into());
@@ -486,7 +539,7 @@ async fn deliver_shard(
         for row in rows {
             let Some(id) = row.timeuuid(col::ID).and_then(|id| Tid::from_uuid(id).ok()) else { continue };
             if row.timestamp(col::DELIVERED_AT).is_none() {
-                deliver_row(store, receivers, shard, minute, id, &row).await?;
+                deliver_row(store, receivers, shard, minute, id, &row, &mut held.faults).await?;
                 round.delivered += 1;
             }
             held.read_from = Bound::Excluded(id);
@@ -517,7 +570,7 @@ async fn deliver_shard(
             for id in undelivered.filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()) {
                 let key = [minute_key(shard, minute).to_vec(), vec![Value::from(id)]].concat();
                 if let Some(row) = store.get(&OUTBOX, key, None).await? {
-                    if let Err(e) = deliver_row(store, receivers, shard, minute, id, &row).await {
+                    if let Err(e) = deliver_row(store, receivers, shard, minute, id, &row, &mut held.faults).await {
                         held.delivered_through = id;
                         return Err(e);
                     }
@@ -543,8 +596,18 @@ fn minute_key(shard: i64, minute: i64) -> [Value; 2] {
 }
 
 /// Sends one row and marks it delivered; a permanent refusal moves it to the
-/// dead letters, and anything else that is not a success holds the shard up.
-async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i64, id: Tid, row: &Row) -> Result<(), ShardFailure> {
+/// dead letters, as does the receiver's failure on it [`FAULTY_ATTEMPTS`]
+/// times in a row (`faults` counts them for the shard's head row), and
+/// anything else that is not a success holds the shard up.
+async fn deliver_row(
+    store: &Store,
+    receivers: &Receivers,
+    shard: i64,
+    minute: i64,
+    id: Tid,
+    row: &Row,
+    faults: &mut Option<(Tid, u32)>,
+) -> Result<(), ShardFailure> {
     let key = [Value::from(shard), Value::from(minute), Value::from(id)];
     let delivered = Upsert::new(&OUTBOX, key.clone()).set(col::DELIVERED_AT, Value::Timestamp(millis(store.now())));
     // The delivery is a span of the trace that queued the row: one trace
@@ -565,6 +628,21 @@ async fn deliver_row(store: &Store, receivers: &Receivers, shard: i64, minute: i
             retry_after: None,
         }),
         Err(Failure::Permanent { status, reason }) => Ok(move_aside(store, shard, id, row, delivered, status, &reason).await?),
+        Err(Failure::Faulty { status, reason }) => {
+            let times = match *faults {
+                Some((head, times)) if head == id => times + 1,
+                _ => 1,
+            };
+            let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
+            if times >= FAULTY_ATTEMPTS {
+                *faults = None;
+                let reason = format!("failed {times} times in a row, set aside so that its shard goes on: {reason}");
+                return Ok(move_aside(store, shard, id, row, delivered, Some(status), &reason).await?);
+            }
+            *faults = Some((id, times));
+            let _ = store.write(Upsert::new(&OUTBOX, key).set(col::ATTEMPTS, attempts)).await;
+            Err(ShardFailure { reason, retry_after: None })
+        }
         Err(Failure::Transient { reason, retry_after }) => {
             let attempts = row.bigint(col::ATTEMPTS).unwrap_or(0) + 1;
             let _ = store.write(Upsert::new(&OUTBOX, key).set(col::ATTEMPTS, attempts)).await;

@@ -4,4 +4,4 @@
 
 pub use crate::outbox::minute_of as outbox_minute;
 pub use crate::outbox::outbox_shard;
-pub use crate::outbox::{Delivery, Receivers};
+pub use crate::outbox::{Delivery, FAULTY_ATTEMPTS, Receivers, dead_letters};

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::{Path, State};
 use axum::routing::{post, put};
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
-use revstore_current_store::testing::{Delivery, Receivers, outbox_minute, outbox_shard};
+use revstore_current_store::testing::{Delivery, FAULTY_ATTEMPTS, Receivers, dead_letters, outbox_minute, outbox_shard};
 use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId, StoredParts};
 use revstore_keys::{Domain, RevId, Tid, TidGenerator, Title};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
@@ -157,11 +157,72 @@ async fn a_row_queued_behind_the_read_position_is_delivered_once_the_margin_has_
     assert_eq!((count(&received, "Prompt", 1), count(&received, &late_title, 1)), (1, 1));
 }
 
+/// A receiver that fails (500) on every archive of `broken`, and what it took.
+async fn receiver_failing_on(broken: &'static str) -> (Receivers, Received, Arc<Mutex<u32>>) {
+    let received: Received = Arc::default();
+    let failures: Arc<Mutex<u32>> = Arc::default();
+    let state = (received.clone(), failures.clone());
+    let archive = move |State((received, failures)): State<(Received, Arc<Mutex<u32>>)>,
+                        Path((_domain, title, rev, _tid)): Path<(String, String, u64, String)>| async move {
+        if title == broken {
+            *failures.lock().expect("lock") += 1;
+            return http::StatusCode::INTERNAL_SERVER_ERROR;
+        }
+        *received.lock().expect("lock").entry((title, rev)).or_default() += 1;
+        http::StatusCode::CREATED
+    };
+    let app = axum::Router::new().route("/{domain}/v1/archive/{title}/{rev}/{tid}", put(archive)).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = HttpClient::new(&url, ClientOptions { retries: 0, ..ClientOptions::default() }).expect("client");
+    (Receivers { old_store: Some(OldStoreClient::new(client)), graph: None }, received, failures)
+}
+
+/// A row its receiver fails on every time (a damaged block in old-store)
+/// holds neither the other shards nor, after a bounded number of attempts,
+/// the rows behind it: it is moved to the dead letters and its shard flows on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_its_receiver_keeps_failing_on_is_set_aside_and_no_other_shard_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received, failures) = receiver_failing_on("Broken").await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+    let behind = same_shard_as("Broken");
+    let elsewhere = (0..).map(|i| format!("Elsewhere_{i}")).find(|t| shard_of(t) != shard_of("Broken")).expect("title");
+    let now = store.now();
+    queue(&store, "Broken", 1, now - Duration::from_secs(3)).await;
+    queue(&store, &behind, 1, now - Duration::from_secs(2)).await;
+    queue(&store, &elsewhere, 1, now - Duration::from_secs(2)).await;
+
+    round(&mut delivery).await; // a round with a failing shard does not fail
+    assert_eq!(count(&received, &elsewhere, 1), 1, "another shard waited on the failing one");
+    assert_eq!(count(&received, &behind, 1), 0, "the shard's order was not kept");
+    let mut rounds = 1;
+    while count(&received, &behind, 1) == 0 {
+        assert!(rounds < 100, "the failing row never set aside ({} failures)", failures.lock().expect("lock"));
+        clock.advance_secs(61); // past the shard's pause
+        queue(&store, &elsewhere, 1 + rounds, store.now() - Duration::from_secs(1)).await;
+        round(&mut delivery).await;
+        assert_eq!(count(&received, &elsewhere, 1 + rounds), 1, "another shard waited on the failing one");
+        rounds += 1;
+    }
+    assert_eq!(*failures.lock().expect("lock"), FAULTY_ATTEMPTS, "set aside after its attempts, not before");
+    let (letters, _) = dead_letters(&store, None, 100).await.expect("dead letters");
+    assert_eq!(letters.iter().map(|l| (l.title.as_str(), l.status)).collect::<Vec<_>>(), [("Broken", Some(500))]);
+    assert!(letters[0].reason.contains("in a row"), "{}", letters[0].reason);
+}
+
+/// The outbox shard of `title`'s rows.
+fn shard_of(title: &str) -> i64 {
+    let domain = Domain::parse("en.wikipedia.org").expect("domain");
+    outbox_shard(Site::ONLY, &domain, &Title::parse(title, Default::default()).expect("title"))
+}
+
 /// A title whose rows go to the same outbox shard as `title`'s.
 fn same_shard_as(title: &str) -> String {
-    let domain = Domain::parse("en.wikipedia.org").expect("domain");
-    let shard = |t: &str| outbox_shard(Site::ONLY, &domain, &Title::parse(t, Default::default()).expect("title"));
-    (0..).map(|i| format!("Late_{i}")).find(|t| shard(t) == shard(title)).expect("some title shares the shard")
+    (0..).map(|i| format!("Late_{i}")).find(|t| shard_of(t) == shard_of(title)).expect("some title shares the shard")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -227,6 +227,47 @@ async fn a_suppressed_revision_is_never_served(engine: Engine) {
     // A render of a suppressed revision arriving later is not kept.
     let late: Value = put(&s, "Hidden", 2, Tid::now(), &json!({ "html": "x" })).await.json().await.expect("json");
     assert_eq!(late["outcome"], "skipped");
+
+    // Lifted: served again; suppressed again: hidden again.
+    let lift = client().delete(s.url(&format!("{ARCHIVE}/Hidden/2/suppress"))).bearer_auth(TOKEN).send().await.expect("send");
+    assert_eq!(lift.status(), 204);
+    assert_eq!(get(&s, "html/Hidden/2").await.text().await.expect("body"), html[1]);
+    let listed: Value = get(&s, "revisions/Hidden").await.json().await.expect("json");
+    assert_eq!(listed["items"].as_array().expect("items").len(), 3);
+    let again = client().post(s.url(&format!("{ARCHIVE}/Hidden/2/suppress"))).bearer_auth(TOKEN).send().await.expect("send");
+    assert_eq!(again.status(), 204);
+    problem(get(&s, "html/Hidden/2").await, 404).await;
+}
+
+async fn a_deleted_page_is_never_served_and_a_re_created_one_is(engine: Engine) {
+    let s = start_on(engine, |_| {}).await;
+    let html = revstore_testdata::anarchism_html();
+    for i in 0..3u64 {
+        assert_eq!(put(&s, "Deleted", 1 + i, Tid::now(), &json!({ "html": html[i as usize] })).await.status(), 201);
+    }
+    let delete = |query: &str| client().delete(s.url(&format!("{ARCHIVE}/Deleted{query}"))).bearer_auth(TOKEN).send();
+    problem(client().delete(s.url(&format!("{ARCHIVE}/Deleted?rev=3"))).send().await.expect("send"), 401).await;
+    problem(delete("").await.expect("send"), 400).await;
+    problem(delete("?rev=zero").await.expect("send"), 400).await;
+    assert_eq!(delete("?rev=3").await.expect("send").status(), 204);
+    for rev in 1..=3 {
+        problem(get(&s, &format!("html/Deleted/{rev}")).await, 404).await;
+    }
+    let listed: Value = get(&s, "revisions/Deleted").await.json().await.expect("json");
+    assert_eq!(listed["items"], json!([]));
+    assert_eq!(get(&s, "history/Deleted").await.text().await.expect("body"), "");
+    // An archive write of a deleted revision (a hand-off retried) is skipped.
+    let late: Value = put(&s, "Deleted", 3, Tid::now(), &json!({ "html": "x" })).await.json().await.expect("json");
+    assert_eq!(late["outcome"], "skipped");
+    // A deletion through an older revision does not narrow it.
+    assert_eq!(delete("?rev=2").await.expect("send").status(), 204);
+    problem(get(&s, "html/Deleted/3").await, 404).await;
+    // Re-created by a newer revision.
+    assert_eq!(put(&s, "Deleted", 4, Tid::now(), &json!({ "html": html[3] })).await.status(), 201);
+    assert_eq!(get(&s, "html/Deleted/4").await.text().await.expect("body"), html[3]);
+    let listed: Value = get(&s, "revisions/Deleted").await.json().await.expect("json");
+    let revs: Vec<u64> = listed["items"].as_array().expect("items").iter().filter_map(|i| i["rev"].as_u64()).collect();
+    assert_eq!(revs, vec![4]);
 }
 
 async fn the_openapi_document_covers_the_contract(engine: Engine) {
@@ -240,6 +281,8 @@ async fn the_openapi_document_covers_the_contract(engine: Engine) {
         (Method::GET, "/{domain}/v1/archive/revisions/{title}"),
         (Method::GET, "/{domain}/v1/archive/history/{title}"),
         (Method::POST, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::DELETE, "/{domain}/v1/archive/{title}/{rev}/suppress"),
+        (Method::DELETE, "/{domain}/v1/archive/{title}"),
     ];
     assert_eq!(revstore_client::undocumented_routes(&doc, &contract), Vec::<String>::new());
     // What current-store and dump-import call, through the typed client.
@@ -278,6 +321,7 @@ revstore_test_service::on_both_engines!(
     one_render_per_interval_when_so_configured,
     bad_input_is_refused_and_writes_nothing,
     a_suppressed_revision_is_never_served,
+    a_deleted_page_is_never_served_and_a_re_created_one_is,
     the_openapi_document_covers_the_contract,
 );
 
