@@ -73,6 +73,7 @@ pub mod current_store {
     pub mod col {
         pub const ATTEMPTS: &str = "attempts";
         pub const BODY_HASH: &str = "body_hash";
+        pub const DATACENTER: &str = "datacenter";
         pub const DATA_PARSOID: &str = "data_parsoid";
         pub const DELETED_THROUGH_REV: &str = "deleted_through_rev";
         pub const DELIVERED_AT: &str = "delivered_at";
@@ -90,6 +91,7 @@ pub mod current_store {
         pub const REV: &str = "rev";
         pub const SECTION_OFFSETS: &str = "section_offsets";
         pub const SHARD: &str = "shard";
+        pub const SITE: &str = "site";
         pub const STORED_AT: &str = "stored_at";
         pub const HAS_SUPPRESSED_REVS: &str = "has_suppressed_revs";
         pub const STATUS: &str = "status";
@@ -239,7 +241,20 @@ pub mod current_store {
         comment: "outbox deliveries the receiver refused permanently, kept for re-driving",
     };
 
-    pub static TABLES: [&TableDef; 6] = [&PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_SHARDS, &OUTBOX_DEAD_LETTERS];
+    /// Which datacenter took each site number (the outbox's shards
+    /// `16·n…16·n+15` are site n's): claimed by a conditional write across
+    /// sites on a service's first start in a datacenter, checked on every
+    /// start, so that two sites never deliver the same shards.
+    pub static OUTBOX_SITES: TableDef = TableDef {
+        name: "outbox_sites",
+        columns: &[C::partition(col::SITE, BigInt), C::regular(col::DATACENTER, Text)],
+        default_ttl: None,
+        compaction: Compaction::Leveled,
+        comment: "the datacenter of each site number, whose outbox shards it delivers",
+    };
+
+    pub static TABLES: [&TableDef; 7] =
+        [&PAGE_RENDERS, &DOMAIN_PAGES, &SUPPRESSED, &OUTBOX, &OUTBOX_SHARDS, &OUTBOX_DEAD_LETTERS, &OUTBOX_SITES];
 }
 
 /// old-store: multi-revision compression blocks and a metadata table.
@@ -587,7 +602,7 @@ pub mod janitor {
 }
 
 /// Every table, in a stable order.
-pub static ALL_TABLES: [&TableDef; 21] = [
+pub static ALL_TABLES: [&TableDef; 22] = [
     &meta::SCHEMA_META,
     &current_store::PAGE_RENDERS,
     &current_store::DOMAIN_PAGES,
@@ -595,6 +610,7 @@ pub static ALL_TABLES: [&TableDef; 21] = [
     &current_store::OUTBOX,
     &current_store::OUTBOX_SHARDS,
     &current_store::OUTBOX_DEAD_LETTERS,
+    &current_store::OUTBOX_SITES,
     &old_store::ARCHIVE_META,
     &old_store::ARCHIVE_BLOCKS,
     &old_store::ARCHIVE_TITLES,

@@ -422,16 +422,20 @@ pub enum Condition {
 /// a site's queue read and deleted by another site, which cannot yet see
 /// every row the first wrote, would lose them). Sites are numbered by their
 /// order in the keyspace's replication setting; one site unless it names
-/// several datacenters.
+/// several datacenters. The number each datacenter took is recorded where
+/// it matters (current-store's `outbox_sites`), so that two sites given the
+/// setting in different orders do not share a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Site {
     pub index: u32,
     pub count: u32,
+    /// The local datacenter's name, when the deployment has several.
+    pub datacenter: Option<&'static str>,
 }
 
 impl Site {
     /// A deployment in one datacenter (and the embedded engine).
-    pub const ONLY: Site = Site { index: 0, count: 1 };
+    pub const ONLY: Site = Site { index: 0, count: 1, datacenter: None };
 }
 
 /// Whose conditional writes a [`Cas`] is serialised against, where the

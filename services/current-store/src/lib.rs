@@ -126,6 +126,8 @@ impl ServiceDefinition for CurrentStore {
             let flagged = pages::flag_suppressed_pages(&store).await?;
             tracing::info!(service = "current-store", pages = flagged, "pages with a suppressed revision flagged");
         }
+        // Two sites must never share a number: they would deliver each other's shards.
+        outbox::check_site_number(&store, store.site()).await?;
         let outbox_margin = args.clock_skew + settings.storage.write_timeout();
         let pages = pages::Pages {
             store: store.clone(),

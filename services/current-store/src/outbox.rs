@@ -70,7 +70,7 @@ use http::StatusCode;
 use revstore_client::{ClientError, GraphClient, OldStoreClient};
 use revstore_keys::time::millis;
 use revstore_keys::{Domain, Tid, TidGenerator, Title, composite_key_bytes, murmur3_token};
-use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, PAGE_RENDERS, col};
+use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, OUTBOX_SITES, PAGE_RENDERS, col};
 use revstore_schema::tables::meta::SCHEMA_META;
 use revstore_service::BoxError;
 use revstore_service::worker::{Worker, WorkerState};
@@ -95,6 +95,47 @@ pub fn site_shards(site: Site) -> Range<i64> {
     first..first + SHARDS
 }
 
+/// Checks, and on a datacenter's first start claims, that `site`'s number
+/// is its datacenter's alone: a datacenter given another number in another
+/// site's setting (`REVSTORE_CASSANDRA_REPLICATION` in another order) would
+/// deliver that site's shards, at LOCAL_SERIAL, beside it. The claim is a
+/// conditional write across sites, made once; a later start reads the
+/// claims at the local consistency, so it needs no link to the other sites.
+pub async fn check_site_number(store: &Store, site: Site) -> Result<(), String> {
+    let Some(datacenter) = site.datacenter.filter(|_| site.count > 1) else { return Ok(()) };
+    let failed = |e: StoreError| format!("the outbox's site numbers could not be read or claimed: {e}");
+    let claimed_by = |row: Option<Row>| row.and_then(|r| r.text(col::DATACENTER).map(str::to_owned));
+    for other in (0..site.count).filter(|i| *i != site.index) {
+        let claimant = claimed_by(store.get(&OUTBOX_SITES, vec![Value::from(i64::from(other))], None).await.map_err(failed)?);
+        if claimant.as_deref() == Some(datacenter) {
+            return Err(mismatch(datacenter, other, site.index));
+        }
+    }
+    let ours = vec![Value::from(i64::from(site.index))];
+    let mut claimant = claimed_by(store.get(&OUTBOX_SITES, ours.clone(), None).await.map_err(failed)?);
+    if claimant.is_none() {
+        let claim = Upsert::new(&OUTBOX_SITES, ours).set(col::DATACENTER, datacenter);
+        let outcome = store.cas(Cas::insert_if_not_exists(claim).across_sites()).await.map_err(failed)?;
+        claimant = if outcome.applied { Some(datacenter.to_owned()) } else { claimed_by(outcome.current) };
+    }
+    match claimant.as_deref() {
+        Some(claimant) if claimant == datacenter => Ok(()),
+        Some(claimant) => Err(format!(
+            "site number {} is datacenter {claimant:?}'s, and this service runs in {datacenter:?}: \
+             REVSTORE_CASSANDRA_REPLICATION must name the datacenters in one order in every site",
+            site.index
+        )),
+        None => Err(format!("site number {} could not be claimed for datacenter {datacenter:?}", site.index)),
+    }
+}
+
+fn mismatch(datacenter: &str, claimed: u32, given: u32) -> String {
+    format!(
+        "datacenter {datacenter:?} is site number {claimed}, but this service was given number {given}: \
+         REVSTORE_CASSANDRA_REPLICATION must name the datacenters in one order in every site"
+    )
+}
+
 /// The shards of every site: where dead letters are listed.
 pub fn all_shards(site: Site) -> Range<i64> {
     0..i64::from(site.count) * SHARDS
@@ -109,6 +150,8 @@ pub fn outbox_shard(site: Site, domain: &Domain, title: &Title) -> i64 {
 
 /// Rows read per storage read.
 const BATCH: u32 = 100;
+/// Minute partitions one shard's round reads at most.
+const MINUTES_PER_ROUND: usize = 60;
 /// The columns an outbox row and its dead letter share (besides `attempts`).
 const ROW_COLUMNS: [&str; 7] = [col::KIND, col::DOMAIN, col::TITLE, col::REV, col::TID, col::PAYLOAD, col::TRACE];
 
@@ -382,16 +425,24 @@ impl Delivery {
     }
 
     /// Where a shard that has never been delivered starts: when current-store's
-    /// tables were last migrated (no row can be older than its table), less
-    /// the margin.
+    /// tables were last migrated (no row can be older than its table), but no
+    /// further back than [`FIRST_LOOK_BACK`], less the margin. Every replica
+    /// delivering takes the free shards within seconds of starting, so a row
+    /// in a shard nobody has held is at most that old; a site added to a
+    /// deployment years old starts near the present, not at the schema's
+    /// creation.
     async fn first_position(&self) -> Result<Tid, StoreError> {
         let schema = self.store.get(&SCHEMA_META, vec![Value::from(crate::SERVICE)], None).await?;
         let applied_at = schema
             .and_then(|row| row.timestamp("applied_at"))
             .ok_or_else(|| StoreError::Internal("no schema recorded for current-store: run revstore-migrate".into()))?;
-        Ok(Tid::min_at(time_of_micros(applied_at.saturating_mul(1000)) - self.margin))
+        let start = time_of_micros(applied_at.saturating_mul(1000)).max(self.store.now() - FIRST_LOOK_BACK);
+        Ok(Tid::min_at(start - self.margin))
     }
 }
+
+/// How far back a shard nobody has held is read from.
+const FIRST_LOOK_BACK: Duration = Duration::from_secs(3600);
 
 fn lease_row(shard: i64, holder: &str, expires_at: i64) -> Upsert {
     Upsert::new(&OUTBOX_SHARDS, [Value::from(shard)]).set(col::OWNER, holder).set(col::EXPIRES_AT, Value::Timestamp(expires_at))
@@ -525,11 +576,19 @@ async fn deliver_shard(
     // the current one. (A row in a later minute, from a clock ahead of this
     // one, waits until this clock gets there.)
     let current_minute = minute_of(Tid::min_at(now));
+    let mut minutes_read = 0;
     loop {
         let minute = minute_of(held.read_position());
         if minute > current_minute {
             break;
         }
+        // A shard far behind (taken after a long stop) walks its minutes over
+        // several rounds, so that the leases are tended between them.
+        if minutes_read == MINUTES_PER_ROUND {
+            round.more = true;
+            return Ok(round);
+        }
+        minutes_read += 1;
         let slice = Slice::all().lower(held.read_from.map(Value::from));
         let rows = store.read(&ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).limit(BATCH)).await?.rows;
         let full = rows.len() == BATCH as usize;
@@ -958,7 +1017,7 @@ mod tests {
     #[test]
     fn each_site_queues_a_page_in_a_shard_of_its_own() {
         let (domain, title) = (Domain::parse("en.wikipedia.org").unwrap(), Title::parse("Main_Page", Default::default()).unwrap());
-        let [one, two] = [0, 1].map(|index| Site { index, count: 2 });
+        let [one, two] = [0, 1].map(|index| Site { index, count: 2, datacenter: None });
         assert_eq!(outbox_shard(Site::ONLY, &domain, &title), outbox_shard(one, &domain, &title));
         assert_eq!(outbox_shard(two, &domain, &title), outbox_shard(one, &domain, &title) + SHARDS);
         assert_eq!((site_shards(one), site_shards(two), all_shards(two)), (0..16, 16..32, 0..32));

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::{Path, State};
 use axum::routing::{post, put};
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
-use revstore_current_store::testing::{Delivery, FAULTY_ATTEMPTS, Receivers, dead_letters, outbox_minute, outbox_shard};
+use revstore_current_store::testing::{Delivery, FAULTY_ATTEMPTS, Receivers, check_site_number, dead_letters, outbox_minute, outbox_shard};
 use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId, StoredParts};
 use revstore_keys::{Domain, RevId, Tid, TidGenerator, Title};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
@@ -212,6 +212,51 @@ async fn a_row_its_receiver_keeps_failing_on_is_set_aside_and_no_other_shard_wai
     let (letters, _) = dead_letters(&store, None, 100).await.expect("dead letters");
     assert_eq!(letters.iter().map(|l| (l.title.as_str(), l.status)).collect::<Vec<_>>(), [("Broken", Some(500))]);
     assert!(letters[0].reason.contains("in a row"), "{}", letters[0].reason);
+}
+
+/// A shard nobody has ever held — every shard of a site added to a
+/// deployment years old — is read from near the present, not from when the
+/// schema was created: its first row is delivered within a few rounds (the
+/// ten million minutes since would take one round far past the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_never_held_starts_near_the_present() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    clock.advance_secs(20 * 365 * 86_400);
+    let (receivers, received) = receiver().await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+    queue(&store, "Far_later", 1, store.now() - Duration::from_secs(1)).await;
+    let mut rounds = 0;
+    // Twenty years of minutes walked in one round would take far longer than this.
+    let caught_up = tokio::time::timeout(Duration::from_secs(120), async {
+        while count(&received, "Far_later", 1) == 0 && rounds < 10 {
+            round(&mut delivery).await;
+            rounds += 1;
+        }
+    })
+    .await;
+    assert!(caught_up.is_ok(), "a round walked the minutes since the schema was created");
+    assert_eq!(count(&received, "Far_later", 1), 1);
+    assert!(rounds <= 3, "{rounds} rounds to reach the present");
+}
+
+/// Two sites given the datacenters in different orders would take one
+/// number and deliver each other's shards: the second to start is refused,
+/// as is a datacenter given a second number; a restart with its own is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_number_is_one_datacenters_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(dir.path(), &ManualClock::starting_now()).await;
+    let site = |index, datacenter| Site { index, count: 2, datacenter: Some(datacenter) };
+    check_site_number(&store, site(0, "eqiad")).await.expect("the first claim");
+    check_site_number(&store, site(0, "eqiad")).await.expect("a restart with the same number");
+    let taken = check_site_number(&store, site(0, "codfw")).await.expect_err("a second datacenter on number 0");
+    assert!(taken.contains("\"eqiad\"") && taken.contains("REVSTORE_CASSANDRA_REPLICATION"), "{taken}");
+    let twice = check_site_number(&store, site(1, "eqiad")).await.expect_err("eqiad on a second number");
+    assert!(twice.contains("site number 0"), "{twice}");
+    check_site_number(&store, site(1, "codfw")).await.expect("codfw on number 1");
+    check_site_number(&store, Site::ONLY).await.expect("one datacenter: nothing to check");
 }
 
 /// The outbox shard of `title`'s rows.

@@ -135,7 +135,9 @@ impl CassandraOptions {
             .iter()
             .position(|(dc, _)| dc == local)
             .ok_or_else(|| format!("datacenter {local:?} is not among the replication's ({names}): REVSTORE_CASSANDRA_REPLICATION names every site, in one order everywhere"))?;
-        Ok(crate::Site { index: index as u32, count: datacenters.len() as u32 })
+        // Named once per engine opened, for the life of the process.
+        let datacenter: &'static str = Box::leak(local.clone().into_boxed_str());
+        Ok(crate::Site { index: index as u32, count: datacenters.len() as u32, datacenter: Some(datacenter) })
     }
 
     /// The replication a keyspace created here gets. A bare factor with a
@@ -167,8 +169,8 @@ mod tests {
         assert_eq!(options("3", None).site(), Ok(Site::ONLY));
         assert_eq!(options("3", Some("dc2")).site(), Ok(Site::ONLY));
         assert_eq!(options("dc1:3", Some("dc1")).site(), Ok(Site::ONLY));
-        assert_eq!(options("eqiad:3,codfw:3", Some("eqiad")).site(), Ok(Site { index: 0, count: 2 }));
-        assert_eq!(options("eqiad:3,codfw:3", Some("codfw")).site(), Ok(Site { index: 1, count: 2 }));
+        assert_eq!(options("eqiad:3,codfw:3", Some("eqiad")).site(), Ok(Site { index: 0, count: 2, datacenter: Some("eqiad") }));
+        assert_eq!(options("eqiad:3,codfw:3", Some("codfw")).site(), Ok(Site { index: 1, count: 2, datacenter: Some("codfw") }));
         // Several sites: this one must be named, and be one of them.
         let unnamed = options("eqiad:3,codfw:3", None).site().unwrap_err();
         assert!(unnamed.contains("REVSTORE_CASSANDRA_DATACENTER"), "{unnamed}");

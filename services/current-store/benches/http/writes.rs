@@ -67,6 +67,9 @@ impl Controls {
         let insert = session.prepare(format!("INSERT INTO \"{}\".plain_kv (key, value) VALUES (?, ?)", bench.keyspace)).await;
         let options = CassandraOptions::new([bench.node.clone()], bench.keyspace.clone());
         let store = revstore_storage::open(StorageSettings::Cassandra(options)).await.expect("open the store in-process");
+        // The service (`--binary`, maybe an older build) created the tables:
+        // this build's write path also needs the columns it adds.
+        store.ensure_tables(&revstore_schema::tables::current_store::TABLES).await.expect("this build's columns");
         let pages = Arc::new(Pages {
             store,
             grace: bench.grace,
