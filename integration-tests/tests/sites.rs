@@ -375,7 +375,7 @@ async fn both_sites_hold_every_acknowledged_write(load: &Load, history: &[Op], p
     // revisions of one title at once must not both take the same place in
     // its blocks.
     let revisions: BTreeSet<(String, u64)> = acknowledged.iter().map(|(title, (rev, _))| (title.clone(), *rev)).collect();
-    let handed_off = Instant::now();
+    let remembered = Instant::now();
     let every: Vec<(usize, &str, u64)> =
         (0..load.systems.len()).flat_map(|site| revisions.iter().map(move |(title, rev)| (site, title.as_str(), *rev))).collect();
     // Until each is there (only those not yet, each round), then all once
@@ -405,7 +405,7 @@ async fn both_sites_hold_every_acknowledged_write(load: &Load, history: &[Op], p
             (pending, final_pass) = (every.clone(), true);
             continue;
         }
-        if wrong.is_empty() || final_pass || handed_off.elapsed() > CONVERGENCE {
+        if wrong.is_empty() || final_pass || remembered.elapsed() > CONVERGENCE {
             break wrong.into_iter().map(|(_, why)| why).collect::<Vec<_>>();
         }
         pending = wrong.into_iter().map(|(at, _)| at).collect();
@@ -422,7 +422,7 @@ async fn both_sites_hold_every_acknowledged_write(load: &Load, history: &[Op], p
     println!(
         "all {} acknowledged revisions archived in old-store, read as themselves in both sites {:.1} s after the checks began",
         revisions.len(),
-        handed_off.elapsed().as_secs_f64()
+        remembered.elapsed().as_secs_f64()
     );
 
     // Each site's outbox delivered its own hand-offs, and no render was

@@ -255,6 +255,7 @@ mod tests {
     "deleted_through_rev" bigint static,
     "stored_at" timestamp,
     "body_hash" bigint,
+    "stored_bytes" bigint,
     "html" blob,
     "data_parsoid" blob,
     "section_offsets" blob,

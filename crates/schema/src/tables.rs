@@ -93,6 +93,7 @@ pub mod current_store {
         pub const SHARD: &str = "shard";
         pub const SITE: &str = "site";
         pub const STORED_AT: &str = "stored_at";
+        pub const STORED_BYTES: &str = "stored_bytes";
         pub const HAS_SUPPRESSED_REVS: &str = "has_suppressed_revs";
         pub const STATUS: &str = "status";
         pub const SUPPRESSED_AT: &str = "suppressed_at";
@@ -108,7 +109,11 @@ pub mod current_store {
     /// later than the newer renders were stored. `has_suppressed_revs`, a
     /// static cell, flags a page with a suppressed revision (set by the
     /// suppression, at a timestamp no delete reaches): a latest read checks
-    /// suppression only on such a page.
+    /// suppression only on such a page. `deleted_through_rev`, a static cell,
+    /// says the page was deleted through that revision (docs/design/deletes.md);
+    /// `body_hash` tells a render's retry from another body under its
+    /// (rev, tid); `stored_bytes` is the row's size as the storage audit
+    /// counts it, so that retention reads keys and sizes, not bodies.
     pub static PAGE_RENDERS: TableDef = TableDef {
         name: "page_renders",
         columns: &[
@@ -120,6 +125,7 @@ pub mod current_store {
             C::statik(col::DELETED_THROUGH_REV, BigInt),
             C::regular(col::STORED_AT, Timestamp),
             C::regular(col::BODY_HASH, BigInt),
+            C::regular(col::STORED_BYTES, BigInt),
             C::regular(col::HTML, Blob),
             C::regular(col::DATA_PARSOID, Blob),
             C::regular(col::SECTION_OFFSETS, Blob),

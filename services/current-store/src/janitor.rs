@@ -100,12 +100,14 @@ impl PageVisit for Retention {
         let store = &self.pages.store;
         let cutoff = self.pages.retention_cutoff(store.now_micros());
         let (domain, title) = stored_page(page)?;
-        let (mut rows, flagged) = page_rows_and_flag(store, page).await?;
-        if flagged {
-            // A write does not check suppression: renders of suppressed
-            // revisions are never served, never a boundary, and go now.
-            let suppressed = self.pages.suppressed_revisions(&domain, &title).await?;
-            let (hidden, shown): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(h, _)| suppressed.contains(&h.id.rev));
+        let (mut rows, flagged, deleted_through) = page_rows_and_statics(store, page).await?;
+        if flagged || deleted_through.is_some() {
+            // Renders of suppressed revisions (stored in the race with their
+            // suppression) and of revisions deleted with the page are never
+            // served, never a boundary, and go now.
+            let suppressed = if flagged { self.pages.suppressed_revisions(&domain, &title).await? } else { Default::default() };
+            let hidden_rev = |rev: revstore_keys::RevId| suppressed.contains(&rev) || deleted_through.is_some_and(|through| rev.as_i64() <= through);
+            let (hidden, shown): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(h, _)| hidden_rev(h.id.rev));
             rows = shown;
             report.rows += hidden.len() as u64;
             report.bytes += hidden.iter().map(|(_, bytes)| bytes).sum::<u64>();
@@ -140,26 +142,43 @@ impl PageVisit for Retention {
     }
 }
 
-/// Every row of a page's partition, newest first: its key, storing time and bytes.
+/// Every row of a page's partition, newest first: its key, storing time and
+/// bytes — read from `stored_bytes`, not from the parts.
 async fn page_rows(store: &Store, key: &[Value]) -> Result<Vec<(Held, u64)>, SweepError> {
-    let rows: Vec<Row> = store.rows(ReadQuery::new(&PAGE_RENDERS, key.to_vec()).limit(ROWS_PER_PAGE)).try_collect().await?;
-    rows.iter().map(|row| Ok((held(row)?, row_bytes(&PAGE_RENDERS, row)))).collect()
+    let rows: Vec<Row> = store.rows(keys_and_sizes(key)).try_collect().await?;
+    rows.iter().map(|row| Ok((held(row)?, stored_bytes(row)))).collect()
 }
 
-/// [`page_rows`], and whether the page is flagged as having a suppressed
-/// revision (read with its first rows).
-async fn page_rows_and_flag(store: &Store, key: &[Value]) -> Result<(Vec<(Held, u64)>, bool), SweepError> {
-    let mut query = Some(ReadQuery::new(&PAGE_RENDERS, key.to_vec()).limit(ROWS_PER_PAGE));
-    let (mut rows, mut flagged) = (Vec::new(), false);
+/// A read of a page's render keys, storing times and sizes.
+fn keys_and_sizes(key: &[Value]) -> ReadQuery {
+    ReadQuery::new(&PAGE_RENDERS, key.to_vec()).columns([col::STORED_AT, col::STORED_BYTES]).limit(ROWS_PER_PAGE)
+}
+
+/// A row's size as the audit counts it: `stored_bytes` (a row written
+/// without one, as a test seeds, counts what was read of it).
+fn stored_bytes(row: &Row) -> u64 {
+    row.bigint(col::STORED_BYTES).map_or_else(|| row_bytes(&PAGE_RENDERS, row), |b| b.max(0) as u64)
+}
+
+/// [`page_rows`], whether the page is flagged as having a suppressed
+/// revision, and the revision it was deleted through (read with its first rows).
+async fn page_rows_and_statics(store: &Store, key: &[Value]) -> Result<(Vec<(Held, u64)>, bool, Option<i64>), SweepError> {
+    let first = keys_and_sizes(key);
+    let wanted = [col::STORED_AT, col::STORED_BYTES, col::HAS_SUPPRESSED_REVS, col::DELETED_THROUGH_REV];
+    let mut query = Some(first.columns(wanted));
+    let (mut rows, mut flagged, mut deleted_through) = (Vec::new(), false, None);
     while let Some(q) = query.take() {
         let page = store.read(&q).await?;
-        flagged |= page.statics.as_ref().and_then(|s| s.boolean(col::HAS_SUPPRESSED_REVS)).unwrap_or(false);
+        if let Some(statics) = &page.statics {
+            flagged |= statics.boolean(col::HAS_SUPPRESSED_REVS).unwrap_or(false);
+            deleted_through = deleted_through.or(statics.bigint(col::DELETED_THROUGH_REV));
+        }
         for row in &page.rows {
-            rows.push((held(row)?, row_bytes(&PAGE_RENDERS, row)));
+            rows.push((held(row)?, stored_bytes(row)));
         }
         query = page.next.map(|token| q.page_token(Some(token)));
     }
-    Ok((rows, flagged))
+    Ok((rows, flagged, deleted_through))
 }
 
 /// A page is entitled to its latest render and to every render superseded

@@ -26,7 +26,7 @@ mod routes;
 pub mod testing;
 
 pub use error::{PagesError, Refusal};
-pub use pages::{HandedOff, Pages, Preconditions, flag_suppressed_pages};
+pub use pages::{WriterMemory, Pages, Preconditions, flag_suppressed_pages};
 pub use render::{RenderBody, RenderId, StoredParts, decode_part};
 
 use std::time::Duration;
@@ -137,7 +137,7 @@ impl ServiceDefinition for CurrentStore {
             // would hold its shard up.
             hand_off: old_store.is_some(),
             notify_graph: args.notify_graph,
-            handed_off: Default::default(),
+            remembered: Default::default(),
         };
         let titles = settings.titles;
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());

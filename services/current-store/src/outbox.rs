@@ -713,7 +713,7 @@ async fn deliver_row(
 /// Whether a hand-off or change notice repeats one queued before it, and so
 /// is marked delivered unsent: a render of its revision older than its own is
 /// held (that render's write queued a row of its own, with a tid no newer,
-/// before the render could be seen: `pages::HandedOff`), or, for a change
+/// before the render could be seen: `pages::WriterMemory`), or, for a change
 /// notice, a newer revision is already the page's latest (its own notice
 /// covers the page). Writers queue without reading the page, so every
 /// instance that has not itself queued a revision's hand-off queues one.
@@ -992,8 +992,12 @@ mod tests {
         for code in [400, 404, 405, 409, 410, 413, 415, 422] {
             assert!(matches!(Failure::of(status(code)), Failure::Permanent { status: Some(c), .. } if c == code), "{code}");
         }
-        for code in [401, 403, 408, 429, 500, 502, 503, 504] {
+        for code in [401, 403, 408, 429, 502, 503, 504] {
             assert!(matches!(Failure::of(status(code)), Failure::Transient { .. }), "{code}");
+        }
+        // The receiver answered and failed on the row: retried, then set aside.
+        for code in [500, 501, 507] {
+            assert!(matches!(Failure::of(status(code)), Failure::Faulty { status: c, .. } if c == code), "{code}");
         }
         let transport = ClientError::Transport { method: http::Method::PUT, url: "http://x/".into(), reason: "refused".into() };
         assert!(matches!(Failure::of(transport), Failure::Transient { .. }));

@@ -27,7 +27,7 @@ use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRES
 use revstore_service::dump::TitleIndex;
 use revstore_service::janitor_admin::Journal;
 use revstore_service::suppressions::{Change, Suppressions, deletion_timestamp};
-use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write};
+use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write, row_bytes};
 
 use crate::error::{PagesError, Refusal};
 
@@ -114,36 +114,68 @@ impl Preconditions {
     }
 }
 
-/// The revisions whose hand-off this instance has queued, each with the
-/// oldest render tid it queued one for. A render of a revision here with a
-/// tid no older queues none: a hand-off queued no later than its own render
-/// is durable. Anything else queues one again — a revision whose first
-/// render another instance wrote, a restart, an eviction, a render older
-/// than any queued — and the outbox drops the repeat when an older render
-/// of the revision is held (`outbox::repeats_an_earlier_row`); old-store takes any
-/// that gets through as a no-op.
+/// What this instance's writes have made durable, so that a later write need
+/// not again:
+/// - the revisions whose hand-off it queued, each with the oldest render tid
+///   it queued one for. A render of a revision here with a tid no older
+///   queues none: a hand-off queued no later than its own render is durable.
+///   Anything else queues one again — a revision whose first render another
+///   instance wrote, a restart, an eviction, a render older than any queued —
+///   and the outbox drops the repeat when an older render of the revision is
+///   held (`outbox::repeats_an_earlier_row`); old-store takes any that gets
+///   through as a no-op;
+/// - per page, the slot of its last journal entry and the revision of its
+///   last dump index row: both rows are the same for every write of that
+///   slot or revision (the journal's entry is the slot's, the index row is
+///   timestamped by revision), so a re-render of a hot page writes
+///   neither again. A deletion cannot make a remembered index row stale for
+///   a write that is kept: it deletes through the revision, and a render of
+///   that revision is refused from then on.
 #[derive(Debug, Clone)]
-pub struct HandedOff(Arc<quick_cache::sync::Cache<(Domain, Title, RevId), Tid>>);
+pub struct WriterMemory {
+    handed_off: Arc<quick_cache::sync::Cache<(Domain, Title, RevId), Tid>>,
+    pages: Arc<quick_cache::sync::Cache<(Domain, Title), PageWritten>>,
+}
 
-/// Revisions remembered per instance, at about 100 bytes each.
-const HANDED_OFF_REVISIONS: usize = 100_000;
+/// What this instance last wrote of a page beside its renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PageWritten {
+    journal_slot: i64,
+    indexed_rev: RevId,
+}
 
-impl Default for HandedOff {
+/// Revisions (and pages) remembered per instance, at about 100 bytes each.
+const REMEMBERED: usize = 100_000;
+
+impl Default for WriterMemory {
     fn default() -> Self {
-        HandedOff(Arc::new(quick_cache::sync::Cache::new(HANDED_OFF_REVISIONS)))
+        WriterMemory {
+            handed_off: Arc::new(quick_cache::sync::Cache::new(REMEMBERED)),
+            pages: Arc::new(quick_cache::sync::Cache::new(REMEMBERED)),
+        }
     }
 }
 
-impl HandedOff {
+impl WriterMemory {
     /// Whether a render of this revision with this tid must queue a hand-off.
     fn needs(&self, revision: &(Domain, Title, RevId), tid: Tid) -> bool {
-        self.0.get(revision).is_none_or(|queued| queued > tid)
+        self.handed_off.get(revision).is_none_or(|queued| queued > tid)
     }
 
     /// A hand-off of this revision for a render with this tid is durable.
     fn queued(&self, revision: (Domain, Title, RevId), tid: Tid) {
-        let oldest = self.0.get(&revision).map_or(tid, |queued| queued.min(tid));
-        self.0.insert(revision, oldest);
+        let oldest = self.handed_off.get(&revision).map_or(tid, |queued| queued.min(tid));
+        self.handed_off.insert(revision, oldest);
+    }
+
+    /// What this instance last wrote of the page beside its renders.
+    fn page(&self, page: &(Domain, Title)) -> Option<PageWritten> {
+        self.pages.get(page)
+    }
+
+    /// The page's journal entry of `journal_slot` and its index row of `indexed_rev` are durable.
+    fn page_written(&self, page: (Domain, Title), written: PageWritten) {
+        self.pages.insert(page, written);
     }
 }
 
@@ -172,7 +204,7 @@ pub struct Pages {
     /// Queue a change notice for the dependency graph on each new revision.
     pub notify_graph: bool,
     /// The revisions this instance has queued a hand-off for.
-    pub handed_off: HandedOff,
+    pub remembered: WriterMemory,
 }
 
 pub(crate) fn key(domain: &Domain, title: &Title) -> [Value; 2] {
@@ -291,12 +323,12 @@ impl Pages {
     /// Stores a render. See the module documentation and
     /// docs/design/current-store-writes.md.
     ///
-    /// Two stages. First, durable before the render can be seen: the page's
-    /// journal entry (the janitor's retention sweep visits the page once the
-    /// grace period has passed), its row in the dump index, and — unless
-    /// this instance has already queued one for the revision with a render
-    /// no newer ([`HandedOff`]) — the revision's hand-off to old-store and its
-    /// change notice. At the same time, one read of the page's first row and
+    /// Two stages. First, durable before the render can be seen, each
+    /// unless this instance already made it durable ([`WriterMemory`]): the
+    /// page's journal entry of the slot (the janitor's retention sweep
+    /// visits the page once the grace period has passed), its row in the
+    /// dump index for the revision, and the revision's hand-off to old-store
+    /// and its change notice. At the same time, one read of the page's first row and
     /// static cells ([`Pages::write_check`]) says whether the render can be
     /// kept: a render of a revision deleted with the page or suppressed, or
     /// another body under a stored (rev, tid), is refused (409) and never
@@ -325,10 +357,19 @@ impl Pages {
         // Timestamped when stored, not with the render's time: no sweep made
         // before this write shadows it, whatever its tid (see `behind`).
         let now = self.store.now_micros();
-        let index_row = PAGE_INDEX.row_written_at(domain, title, id.tid, fence_timestamp(id.rev));
-        let mut durable_first: Vec<Write> = vec![journal(&self.store).entry(&[d.clone(), t.clone()]), index_row.into()];
+        let journal = journal(&self.store);
+        let page = (domain.clone(), title.clone());
+        let written = PageWritten { journal_slot: journal.slot_now(), indexed_rev: id.rev };
+        let before = self.remembered.page(&page);
+        let mut durable_first: Vec<Write> = Vec::new();
+        if before.is_none_or(|b| b.journal_slot != written.journal_slot) {
+            durable_first.push(journal.entry_in(written.journal_slot, &[d.clone(), t.clone()]));
+        }
+        if before.is_none_or(|b| b.indexed_rev != written.indexed_rev) {
+            durable_first.push(PAGE_INDEX.row_written_at(domain, title, id.tid, fence_timestamp(id.rev)).into());
+        }
         let revision = (domain.clone(), title.clone(), id.rev);
-        let queue_hand_off = self.handed_off.needs(&revision, id.tid);
+        let queue_hand_off = self.remembered.needs(&revision, id.tid);
         if queue_hand_off && self.hand_off {
             durable_first.push(self.outbox("archive", domain, title, id, parts.handoff_payload()).into());
         }
@@ -347,11 +388,17 @@ impl Pages {
         // index row and a hand-off of a revision that is deleted or
         // suppressed, which the sweep, the dump and the delivery pass over
         // (each checks the page as a reader does).
-        let first_stage = async { Ok::<_, PagesError>(self.store.apply_in_stages(vec![durable_first]).await?) };
+        let first_stage = async {
+            if !durable_first.is_empty() {
+                self.store.apply_in_stages(vec![durable_first]).await?;
+            }
+            Ok::<_, PagesError>(())
+        };
         let (stored, ()) = tokio::try_join!(self.write_check(domain, title, id, parts.body_hash), first_stage)?;
         if queue_hand_off {
-            self.handed_off.queued(revision, id.tid);
+            self.remembered.queued(revision, id.tid);
         }
+        self.remembered.page_written(page, written);
         if stored {
             return Ok(());
         }
@@ -362,7 +409,7 @@ impl Pages {
             .set(col::DATA_PARSOID, parts.data_parsoid)
             .set(col::SECTION_OFFSETS, parts.section_offsets)
             .timestamp(now);
-        self.store.write(render).await?;
+        self.store.write(with_stored_bytes(render)).await?;
         Ok(())
     }
 
@@ -609,6 +656,17 @@ impl PageStatics {
     fn deleted(&self, rev: RevId) -> bool {
         self.deleted_through_rev.is_some_and(|through| rev <= through)
     }
+}
+
+/// A render's row with `stored_bytes`: its size as the storage audit counts
+/// it ([`row_bytes`], that cell included), so that retention and the audit's
+/// ideal read it instead of the row's parts.
+fn with_stored_bytes(render: Upsert) -> Upsert {
+    let mut cells: Vec<(&'static str, Value)> = vec![(col::REV, render.key[2].clone()), (col::TID, render.key[3].clone())];
+    cells.extend(render.cells.iter().cloned());
+    cells.push((col::STORED_BYTES, Value::from(0i64)));
+    let bytes = row_bytes(&PAGE_RENDERS, &Row::new(cells)) as i64;
+    render.set(col::STORED_BYTES, bytes)
 }
 
 /// A render's key as a page's listing holds it, with when it was stored.

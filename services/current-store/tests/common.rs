@@ -55,7 +55,7 @@ pub async fn store_on_clock(dir: &std::path::Path, clock: &ManualClock) -> Store
 /// current-store's pages over `store`, keeping superseded renders `grace`,
 /// handing nothing off.
 pub fn pages_keeping(store: Store, grace: Duration) -> Pages {
-    Pages { store, grace, clock_skew: Duration::ZERO, hand_off: false, notify_graph: false, handed_off: Default::default() }
+    Pages { store, grace, clock_skew: Duration::ZERO, hand_off: false, notify_graph: false, remembered: Default::default() }
 }
 
 /// The janitor's retention sweep over every page, to the end.

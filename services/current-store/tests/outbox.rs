@@ -396,7 +396,7 @@ async fn blind_writers_hand_off_each_revision_once() {
         clock_skew: Duration::ZERO,
         hand_off: true,
         notify_graph: true,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     let (a, b) = (instance(), instance());
     let domain = Domain::parse("en.wikipedia.org").expect("domain");

@@ -116,7 +116,7 @@ fn pages_over(store: Store) -> Pages {
         clock_skew: Duration::ZERO,
         hand_off: true,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     }
 }
 

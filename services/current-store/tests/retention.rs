@@ -33,7 +33,7 @@ async fn fixture() -> Fixture {
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     Fixture { _dir: dir, clock, store, pages, domain: Domain::parse("en.wikipedia.org").expect("domain") }
 }

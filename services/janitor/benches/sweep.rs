@@ -97,7 +97,7 @@ async fn main() {
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     let domain = Domain::parse(DOMAIN).unwrap();
     let started = Instant::now();

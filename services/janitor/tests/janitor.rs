@@ -324,7 +324,7 @@ async fn a_lost_hand_off_is_found_and_sent_again(engine: Engine) {
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     let domain = revstore_keys::Domain::parse(DOMAIN).expect("domain");
     let body = revstore_api::RenderBody { html: "<p>lost</p>".into(), data_parsoid: json!({}), section_offsets: json!({}) };

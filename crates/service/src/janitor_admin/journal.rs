@@ -5,9 +5,10 @@
 //! wiki).
 //!
 //! A write of a page records `(at, page)` in `janitor_journal`, partition
-//! (service, shard, minute), before the change becomes visible; a page
-//! written again in the same minute gets another row (no read before the
-//! write). A changed sweep reads the rows of a window `(through, to]`:
+//! (service, shard, minute), before the change becomes visible; `at` is the
+//! last microsecond of its ten-second slot, so every write of the page in
+//! that slot writes the same row (a writer that remembers it wrote it skips
+//! it), and the visit comes at most a slot later. A changed sweep reads the rows of a window `(through, to]`:
 //! `through` is where the last completed changed sweep of the task ended,
 //! `to` is now less the time a change waits for its visit (the grace period,
 //! the change retention) and a margin for a late row (clock skew and a
@@ -36,6 +37,9 @@ use super::sweep::{Stepped, Sweep, SweepError, SweepPosition};
 /// replica sets, and a routine run reads `JOURNAL_SHARDS` partitions a minute.
 const JOURNAL_SHARDS: i64 = 4;
 const MINUTE_MICROS: i64 = 60_000_000;
+/// The journal's resolution: every change of a page within one slot writes
+/// the same row, timed at the slot's end (a minute holds six).
+pub const SLOT_MICROS: i64 = 10_000_000;
 
 /// How far back a window may start and still find every row of it: the
 /// table's TTL less a day, so that no row of the window has expired.
@@ -58,7 +62,21 @@ impl Journal {
     /// The row recording that the page whose partition key is `page` changes
     /// now: written with the change, before it is visible.
     pub fn entry(&self, page: &[Value]) -> Write {
-        let at = self.store.now_micros();
+        self.entry_in(self.slot_now(), page)
+    }
+
+    /// The slot (of [`SLOT_MICROS`]) a change made now is journaled in.
+    pub fn slot_now(&self) -> i64 {
+        self.store.now_micros().div_euclid(SLOT_MICROS)
+    }
+
+    /// The row recording that the page changes in `slot`: the same row for
+    /// every change of the page in that slot (its time is the slot's last
+    /// microsecond, so the visit it asks for comes no sooner after any of
+    /// them than it is due, and at most a slot later), which a writer that
+    /// already wrote it need not write again.
+    pub fn entry_in(&self, slot: i64, page: &[Value]) -> Write {
+        let at = slot * SLOT_MICROS + (SLOT_MICROS - 1);
         let page = encode_values(page);
         let shard = murmur3_token(&page).rem_euclid(JOURNAL_SHARDS);
         Upsert::new(

@@ -113,7 +113,7 @@ pub async fn from_the_store(bench: &Bench, store: Store) -> (String, f64) {
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     let (per_second, latencies) = saturate(CONCURRENCY, bench.seconds, {

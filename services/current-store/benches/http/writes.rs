@@ -76,7 +76,7 @@ impl Controls {
             clock_skew: Duration::ZERO,
             hand_off: true,
             notify_graph: false,
-            handed_off: Default::default(),
+            remembered: Default::default(),
         });
         let loads = bench.titles.iter().enumerate().map(|(i, t)| {
             let (pages, html) = (pages.clone(), &bench.html);
@@ -254,7 +254,7 @@ pub async fn check_precedence(store: &Store, titles: &[String], newest_rev: u64)
         clock_skew: Duration::ZERO,
         hand_off: false,
         notify_graph: false,
-        handed_off: Default::default(),
+        remembered: Default::default(),
     };
     let domain = Domain::parse("en.wikipedia.org").expect("domain");
     for t in titles.iter().take(20) {
