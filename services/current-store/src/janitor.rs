@@ -106,7 +106,8 @@ impl PageVisit for Retention {
             // suppression) and of revisions deleted with the page are never
             // served, never a boundary, and go now.
             let suppressed = if flagged { self.pages.suppressed_revisions(&domain, &title).await? } else { Default::default() };
-            let hidden_rev = |rev: revstore_keys::RevId| suppressed.contains(&rev) || deleted_through.is_some_and(|through| rev.as_i64() <= through);
+            let hidden_rev =
+                |rev: revstore_keys::RevId| suppressed.contains(&rev) || deleted_through.is_some_and(|through| rev.as_i64() <= through);
             let (hidden, shown): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(h, _)| hidden_rev(h.id.rev));
             rows = shown;
             report.rows += hidden.len() as u64;

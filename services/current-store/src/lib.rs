@@ -26,7 +26,7 @@ mod routes;
 pub mod testing;
 
 pub use error::{PagesError, Refusal};
-pub use pages::{WriterMemory, Pages, Preconditions, flag_suppressed_pages};
+pub use pages::{Pages, Preconditions, WriterMemory, flag_suppressed_pages};
 pub use render::{RenderBody, RenderId, StoredParts, decode_part};
 
 use std::time::Duration;

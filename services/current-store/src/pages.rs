@@ -460,7 +460,10 @@ impl Pages {
             Some(Some(hash)) if hash == body_hash => Ok(true),
             Some(Some(_)) => Err(PagesError::Refused {
                 kind: Refusal::OtherBody,
-                detail: format!("another body is stored as render {} of {title}: a render's (rev, tid) names one body; render again with a new tid", id.etag()),
+                detail: format!(
+                    "another body is stored as render {} of {title}: a render's (rev, tid) names one body; render again with a new tid",
+                    id.etag()
+                ),
             }),
         }
     }

@@ -5,7 +5,6 @@
 //! to read), so the router names positions neutrally; the OpenAPI document
 //! gives every route its real parameter names.
 
-
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{FromRef, Path, Query, State};
