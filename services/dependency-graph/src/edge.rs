@@ -218,13 +218,6 @@ impl StoredEdge {
         upsert.timestamp(at)
     }
 
-    /// The writes that remove this edge of `child` from both directions at
-    /// write timestamp `at` (the directory keeps its entry: the janitor prunes it).
-    pub(crate) fn remove(&self, domain: &Domain, child: &str, at: i64) -> Vec<Write> {
-        let (d, kind) = (domain.as_str(), kind_name(self.kind));
-        vec![dependency_delete(d, child, self.priority, kind, &self.parent).timestamp(at).into(), self.remove_dependent(domain, child, at)]
-    }
-
     /// The write that removes this edge's row among its parent's dependents.
     pub(crate) fn remove_dependent(&self, domain: &Domain, child: &str, at: i64) -> Write {
         dependent_delete(domain.as_str(), &self.parent, kind_name(self.kind), self.priority, child).timestamp(at).into()

@@ -25,7 +25,7 @@ use std::time::Duration;
 use rand::Rng;
 use revstore_keys::Domain;
 use revstore_schema::tables::dependency_graph::{PAGE_WRITERS, col};
-use revstore_storage::{Cas, Condition, Serialized, Upsert, Value};
+use revstore_storage::{Cas, Condition, Serialized, Site, Upsert, Value};
 
 use crate::error::GraphError;
 use crate::graph::Graph;
@@ -40,6 +40,16 @@ const WAIT_FOR: Duration = Duration::from_secs(10);
 /// Waits between tries, doubling from the first to the last (with jitter).
 const FIRST_WAIT: Duration = Duration::from_millis(2);
 const LONGEST_WAIT: Duration = Duration::from_millis(100);
+
+/// The first clock value at or after `at` that is `site`'s own: with several
+/// sites each takes the values congruent to its number modulo their count,
+/// so changes of one page made in two sites at once never share a write
+/// timestamp (a tie would let the rows of both sets outlive the other's
+/// partition delete, see `Graph::diff`).
+pub(crate) fn site_clock(at: i64, site: Site) -> i64 {
+    let count = i64::from(site.count.max(1));
+    at + (i64::from(site.index) - at).rem_euclid(count)
+}
 
 /// A page held by this writer: the write timestamp its change uses.
 #[derive(Debug)]
@@ -90,7 +100,7 @@ impl Graph {
             let now = self.store().now_micros();
             let free = current_holder.is_none() || held_until * 1000 <= now;
             if free {
-                let next_clock = now.max(clock.unwrap_or(0) + 1);
+                let next_clock = site_clock(now.max(clock.unwrap_or(0) + 1), self.store().site());
                 let take = Cas {
                     serialized: Serialized::InSite,
                     table: &PAGE_WRITERS,
