@@ -512,8 +512,13 @@ async fn both_sites_agree_on_every_dependency_set(load: &Load, path: &std::path:
     };
     assert_eq!(one, two, "the sites list different dependencies (history: {})", path.display());
     for (title, sets) in &asked {
-        let set: BTreeSet<(String, i64)> = one.iter().filter(|(t, _, _)| t == title).map(|(_, p, priority)| (p.clone(), *priority)).collect();
-        assert!(sets.contains(&set), "{title}'s dependencies {set:?} are none of the sets sent for it: {sets:?} (history: {})", path.display());
+        let set: BTreeSet<(String, i64)> =
+            one.iter().filter(|(t, _, _)| t == title).map(|(_, p, priority)| (p.clone(), *priority)).collect();
+        assert!(
+            sets.contains(&set),
+            "{title}'s dependencies {set:?} are none of the sets sent for it: {sets:?} (history: {})",
+            path.display()
+        );
     }
     let mut surplus_rows = 0;
     for (site, edges) in [(0, &one), (1, &two)] {
@@ -530,7 +535,11 @@ async fn both_sites_agree_on_every_dependency_set(load: &Load, path: &std::path:
         if !surplus.is_empty() {
             let reported = dependents_without_their_edge(load, site).await;
             let unreported: Vec<_> = surplus.difference(&reported).collect();
-            assert!(unreported.is_empty(), "site {}: dependents without their edge that the janitor's check misses: {unreported:?}", site + 1);
+            assert!(
+                unreported.is_empty(),
+                "site {}: dependents without their edge that the janitor's check misses: {unreported:?}",
+                site + 1
+            );
         }
         surplus_rows += surplus.len();
     }

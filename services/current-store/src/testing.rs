@@ -4,4 +4,4 @@
 
 pub use crate::outbox::minute_of as outbox_minute;
 pub use crate::outbox::outbox_shard;
-pub use crate::outbox::{Delivery, FAULTY_ATTEMPTS, Receivers, check_site_number, dead_letters};
+pub use crate::outbox::{Delivery, FAULTY_ATTEMPTS, Receivers, SETTLE, check_site_number, dead_letters};

@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 use axum::extract::{Path, State};
 use axum::routing::{post, put};
 use revstore_client::{ClientOptions, GraphClient, HttpClient, OldStoreClient};
-use revstore_current_store::testing::{Delivery, FAULTY_ATTEMPTS, Receivers, check_site_number, dead_letters, outbox_minute, outbox_shard};
+use revstore_current_store::testing::{
+    Delivery, FAULTY_ATTEMPTS, Receivers, SETTLE, check_site_number, dead_letters, outbox_minute, outbox_shard,
+};
 use revstore_current_store::{Pages, Preconditions, RenderBody, RenderId, StoredParts};
 use revstore_keys::{Domain, RevId, Tid, TidGenerator, Title};
 use revstore_schema::tables::current_store::{OUTBOX, OUTBOX_SHARDS};
@@ -157,6 +159,41 @@ async fn a_row_queued_behind_the_read_position_is_delivered_once_the_margin_has_
     assert_eq!((count(&received, "Prompt", 1), count(&received, &late_title, 1)), (1, 1));
 }
 
+/// A row that arrives later than the margin behind the delivered-through
+/// position (a replica whose clock is further behind than allowed, a batch
+/// replayed from the batchlog) is still delivered, once, when its minute
+/// settles, and counted (`outbox_late_rows_total`) — in a minute that held
+/// rows, and in one that held none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_later_than_the_margin_is_delivered_when_its_minute_settles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+    queue(&store, "On_time", 1, store.now() - Duration::from_secs(1)).await;
+    round(&mut delivery).await;
+    clock.advance(MARGIN + Duration::from_secs(120));
+    round(&mut delivery).await;
+    // The delivered-through position has passed both minutes. Two rows
+    // arrive behind it: one in the minute that held a row, one in a minute
+    // that held none.
+    let beside = same_shard_as("On_time");
+    queue(&store, &beside, 1, store.now() - MARGIN - Duration::from_secs(120)).await;
+    let empty_minute = (0..).map(|i| format!("Later_{i}")).find(|t| shard_of(t) == shard_of("On_time")).expect("a title in the shard");
+    queue(&store, &empty_minute, 1, store.now() - MARGIN - Duration::from_secs(60)).await;
+    round(&mut delivery).await;
+    assert_eq!((count(&received, &beside, 1), count(&received, &empty_minute, 1)), (0, 0), "behind every position");
+    clock.advance(SETTLE);
+    round(&mut delivery).await;
+    assert_eq!((count(&received, &beside, 1), count(&received, &empty_minute, 1)), (1, 1), "delivered as their minutes settle");
+    for _ in 0..3 {
+        clock.advance_secs(60);
+        round(&mut delivery).await;
+    }
+    assert_eq!((count(&received, "On_time", 1), count(&received, &beside, 1), count(&received, &empty_minute, 1)), (1, 1, 1));
+}
+
 /// A receiver that fails (500) on every archive of `broken`, and what it took.
 async fn receiver_failing_on(broken: &'static str) -> (Receivers, Received, Arc<Mutex<u32>>) {
     let received: Received = Arc::default();
@@ -289,6 +326,9 @@ async fn delivered_minutes_are_deleted_whole_once_the_margin_has_passed() {
     assert_eq!(received.lock().expect("lock").len(), 50, "every row sent in order, in one round");
     assert_eq!(rows_left(&store, &minutes).await, 50, "within the margin, the rows stay (a late row may still join them)");
     clock.advance(MARGIN + Duration::from_secs(60));
+    round(&mut delivery).await;
+    assert_eq!(rows_left(&store, &minutes).await, 50, "passed, but not yet settled: a row later than the margin may still come");
+    clock.advance(SETTLE);
     round(&mut delivery).await;
     assert_eq!(rows_left(&store, &minutes).await, 0, "every delivered minute is gone");
     assert!(received.lock().expect("lock").values().all(|&n| n == 1), "each row sent once");
@@ -440,4 +480,90 @@ async fn blind_writers_hand_off_each_revision_once() {
         "each revision's oldest render, once"
     );
     assert_eq!(sent.notices, vec!["Blind".to_owned()], "one notice: the newest revision's");
+}
+
+/// A receiver that takes each archive write only when `answering` gives it
+/// a turn (a receiver that does not answer), counting the writes it got.
+async fn stalled_receiver(answering: Arc<tokio::sync::Semaphore>) -> (Receivers, Received, Arc<std::sync::atomic::AtomicUsize>) {
+    let received: Received = Arc::default();
+    let arrived: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let state = (received.clone(), arrived.clone(), answering);
+    type Stalled = (Received, Arc<std::sync::atomic::AtomicUsize>, Arc<tokio::sync::Semaphore>);
+    let archive = |State((received, arrived, answering)): State<Stalled>,
+                   Path((_domain, title, rev, _tid)): Path<(String, String, u64, String)>| async move {
+        arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        answering.acquire().await.expect("a turn").forget();
+        *received.lock().expect("lock").entry((title, rev)).or_default() += 1;
+        http::StatusCode::CREATED
+    };
+    let app = axum::Router::new().route("/{domain}/v1/archive/{title}/{rev}/{tid}", put(archive)).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let options = ClientOptions { retries: 0, timeout: Duration::from_secs(300), ..ClientOptions::default() };
+    let client = HttpClient::new(&url, options).expect("client");
+    (Receivers { old_store: Some(OldStoreClient::new(client)), graph: None }, received, arrived)
+}
+
+/// A round that lasts longer than a lease (a receiver that does not answer,
+/// a shard far behind walking its minutes) goes on renewing its leases, so
+/// no other replica takes its shards and sends their rows beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_renewed_while_a_round_waits_on_its_receiver() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let answering = Arc::new(tokio::sync::Semaphore::new(0));
+    let (receivers, received, arrived) = stalled_receiver(answering.clone()).await;
+    queue(&store, "Stalled", 1, store.now() - Duration::from_secs(1)).await;
+    let shard = outbox_shard(
+        Site::ONLY,
+        &Domain::parse("en.wikipedia.org").expect("domain"),
+        &Title::parse("Stalled", Default::default()).expect("title"),
+    );
+    let lease = || {
+        let store = store.clone();
+        async move {
+            let row = store.get(&OUTBOX_SHARDS, vec![Value::from(shard)], None).await.expect("read").expect("the shard's lease");
+            (row.text("owner").expect("owner").to_owned(), row.timestamp("expires_at").expect("expires_at"))
+        }
+    };
+    let mut first = Delivery::new(store.clone(), receivers, MARGIN);
+    let stalled = tokio::spawn(async move {
+        first.work(&CancellationToken::new()).await.expect("the stalled round");
+        first
+    });
+    let waited = std::time::Instant::now();
+    while arrived.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the row never reached its receiver");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (holder, _) = lease().await;
+    // More than three leases' length passes while the receiver holds the round.
+    for _ in 0..4 {
+        clock.advance_secs(25);
+        let now_ms = store.now().duration_since(std::time::UNIX_EPOCH).expect("after the epoch").as_millis() as i64;
+        let waited = std::time::Instant::now();
+        loop {
+            let (owner, expires_at) = lease().await;
+            assert_eq!(owner, holder);
+            if expires_at > now_ms {
+                break;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "the lease was not renewed during the round: it ended at {expires_at}, now {now_ms}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Another replica finds the shard held, and sends nothing of it.
+    let (other_receivers, other_received) = receiver().await;
+    let mut second = Delivery::new(store.clone(), other_receivers, MARGIN);
+    round(&mut second).await;
+    assert_eq!(lease().await.0, holder, "the shard changed hands during the round");
+    assert_eq!(count(&other_received, "Stalled", 1), 0);
+    answering.add_permits(1);
+    let _first = stalled.await.expect("the first replica's round");
+    assert_eq!(count(&received, "Stalled", 1), 1);
 }

@@ -403,11 +403,8 @@ mod tests {
             graph.store().apply_grouped(first).await.expect("first site's writes");
             graph.store().apply_grouped(second).await.expect("second site's writes");
 
-            let expected: BTreeSet<(String, i64)> = if later == 1 {
-                [("A".to_owned(), 500)].into()
-            } else {
-                [("B".to_owned(), b_priority), ("C".to_owned(), 500)].into()
-            };
+            let expected: BTreeSet<(String, i64)> =
+                if later == 1 { [("A".to_owned(), 500)].into() } else { [("B".to_owned(), b_priority), ("C".to_owned(), 500)].into() };
             assert_eq!(by_child(&graph, &domain, &child).await, expected, "the later replace's set, by child");
             for (parent, priority) in &expected {
                 assert_eq!(listed_at(&graph, parent, &child).await, vec![*priority], "{parent}'s dependents list the page once");
