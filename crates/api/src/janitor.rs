@@ -18,6 +18,10 @@ pub const MAX_STEP_PARTITIONS: u32 = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Task {
+    /// What must not be served (deleted pages, suppressed revisions) read
+    /// from every site and written again in each service, so that a site
+    /// that missed it during a long cut hides it too.
+    Hidden,
     /// Superseded renders out of current-store's `current`, old graph changes.
     Retention,
     /// Every revision current-store holds is in old-store.
@@ -29,10 +33,11 @@ pub enum Task {
 }
 
 impl Task {
-    pub const ALL: [Task; 4] = [Task::Retention, Task::Archive, Task::Graph, Task::Audit];
+    pub const ALL: [Task; 5] = [Task::Hidden, Task::Retention, Task::Archive, Task::Graph, Task::Audit];
 
     pub fn name(self) -> &'static str {
         match self {
+            Task::Hidden => "hidden",
             Task::Retention => "retention",
             Task::Archive => "archive",
             Task::Graph => "graph",

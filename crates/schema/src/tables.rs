@@ -21,11 +21,14 @@ const TITLE_INDEX: [C; 5] = [
 /// The columns of a suppression table (`revstore_service::suppressions`): a
 /// row per revision ever suppressed, hidden while `suppressed_at` is later
 /// than `lifted_at`; each cell is written with its own value as its write
-/// timestamp.
-const SUPPRESSIONS: [C; 5] = [
+/// timestamp. The static `deleted_through_rev` records the page's deletion
+/// (at its deletion timestamp), so that one scan of the table finds all a
+/// site must hide, for the janitor's `hidden` task to make alike in every site.
+const SUPPRESSIONS: [C; 6] = [
     C::partition("domain", Text),
     C::partition("title", Text),
     C::clustering("rev", BigInt, Order::Asc),
+    C::statik("deleted_through_rev", BigInt),
     C::regular("suppressed_at", Timestamp),
     C::regular("lifted_at", Timestamp),
 ];

@@ -20,12 +20,30 @@
 //! Nothing is deleted: a lift is a cell, so a suppression's row never turns
 //! into a tombstone that reads step over, and a suppression once lifted can
 //! be set again.
+//!
+//! # Across sites
+//! A suppression or a deletion is written in the site that made it; the
+//! other sites get it by replication, or, for one made while the link was
+//! cut, by the hints their nodes keep for each other, for the hint window
+//! (3 hours by default). After a longer cut, or with hints lost, another
+//! site would serve what was hidden until a repair. So each suppression table
+//! also records the page's deletion (the static `deleted_through_rev`, at
+//! the deletion's timestamp), and the janitor's `hidden` task ([`HiddenSweep`])
+//! reads every partition of the table from every site (EACH_QUORUM) and
+//! writes back what it found at the timestamps it found, in the table and in
+//! the service's own tables (a page's deletion fence, current-store's
+//! suppression flag): idempotent, and never over anything newer.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use futures_util::TryStreamExt;
+use revstore_api::janitor::{StepReport, Task};
 use revstore_keys::{Domain, RevId, Title};
-use revstore_storage::{ReadQuery, Row, Store, StoreResult, TableDef, Upsert, Value};
+use revstore_storage::{ReadQuery, Row, ScanQuery, Store, StoreResult, TableDef, Upsert, Value, Write};
+
+use crate::janitor_admin::{Stepped, Sweep, SweepError, SweepPosition, stored_page};
 
 /// The columns every suppression table declares.
 pub mod col {
@@ -34,6 +52,8 @@ pub mod col {
     pub const REV: &str = "rev";
     pub const SUPPRESSED_AT: &str = "suppressed_at";
     pub const LIFTED_AT: &str = "lifted_at";
+    /// Static: the page was deleted through this revision.
+    pub const DELETED_THROUGH_REV: &str = "deleted_through_rev";
 }
 
 /// The write timestamps of page deletions, above every clock's: a deletion
@@ -110,8 +130,123 @@ impl Suppressions {
             .collect())
     }
 
+    /// The write that records the page's deletion through `through` in the
+    /// table (at its deletion timestamp), where the `hidden` task finds it.
+    pub fn deletion_record(&self, domain: &Domain, title: &Title, through: RevId) -> Write {
+        Upsert::new(self.table, [Value::from(domain.as_str()), Value::from(title.as_str())])
+            .set(col::DELETED_THROUGH_REV, through.as_i64())
+            .timestamp(deletion_timestamp(through))
+            .into()
+    }
+
+    /// What the table holds of one page, read from every site, written back
+    /// at the timestamps it holds: each suppression's and lift's time, the
+    /// deletion record. A site that missed any of it has it once the write
+    /// replicates; a site with something newer keeps it.
+    pub async fn resync(&self, store: &Store, page: &[Value]) -> StoreResult<Hidden> {
+        let statics = ReadQuery::new(self.table, page.iter().cloned()).columns([col::DELETED_THROUGH_REV]).first(1).across_sites();
+        let statics = store.read(&statics).await?.statics;
+        let deleted_through = statics.as_ref().and_then(|s| s.bigint(col::DELETED_THROUGH_REV)).and_then(|r| RevId::new(r as u64).ok());
+        let rows =
+            ReadQuery::new(self.table, page.iter().cloned()).columns([col::SUPPRESSED_AT, col::LIFTED_AT]).limit(PAGE).across_sites();
+        let rows: Vec<Row> = store.rows(rows).try_collect().await?;
+        let mut writes: Vec<Write> = Vec::new();
+        if let Some(through) = deleted_through {
+            let record = Upsert::new(self.table, page.iter().cloned()).set(col::DELETED_THROUGH_REV, through.as_i64());
+            writes.push(record.timestamp(deletion_timestamp(through)).into());
+        }
+        let mut hidden = Hidden { deleted_through, revisions: BTreeSet::new(), rows: rows.len(), writes: Vec::new() };
+        for row in &rows {
+            let Some(rev) = row.bigint(col::REV) else { continue };
+            let key: Vec<Value> = page.iter().cloned().chain([Value::from(rev)]).collect();
+            for column in [col::SUPPRESSED_AT, col::LIFTED_AT] {
+                if let Some(at) = row.timestamp(column) {
+                    writes.push(Upsert::new(self.table, key.clone()).set(column, Value::Timestamp(at)).timestamp(at * 1000).into());
+                }
+            }
+            let (suppressed_at, lifted_at) = times(Some(row));
+            if is_hidden(suppressed_at, lifted_at) {
+                hidden.revisions.extend(RevId::new(rev as u64).ok());
+            }
+        }
+        hidden.writes = writes;
+        Ok(hidden)
+    }
+
     fn key(&self, domain: &Domain, title: &Title, rev: RevId) -> [Value; 3] {
         [Value::from(domain.as_str()), Value::from(title.as_str()), Value::from(rev.as_i64())]
+    }
+}
+
+/// What a page's partition of a suppression table says, read from every
+/// site ([`Suppressions::resync`]), and the writes that put it back.
+#[derive(Debug, Default)]
+pub struct Hidden {
+    /// The page was deleted through this revision.
+    pub deleted_through: Option<RevId>,
+    /// Its revisions hidden now.
+    pub revisions: BTreeSet<RevId>,
+    /// Its suppression rows, hidden or lifted.
+    pub rows: usize,
+    /// The table's own cells, at the timestamps they were read with.
+    pub writes: Vec<Write>,
+}
+
+/// What a service writes again, in its own tables, to hide what a page's
+/// suppression partition says is hidden.
+pub trait Hiding: Send + Sync + std::fmt::Debug + 'static {
+    /// The service's suppression table.
+    fn suppressions(&self) -> Suppressions;
+
+    /// The writes that hide `hidden` in the service's other tables (a
+    /// deletion's fence at its deletion timestamp, a page's flag): each at a
+    /// timestamp of its own, so writing them again changes nothing anywhere
+    /// that already has them.
+    fn hiding_writes(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Vec<Write>;
+}
+
+/// The janitor's `hidden` task in a service: every partition of its
+/// suppression table, scanned and read from every site, written back with
+/// what hides it in the service's own tables (see the module documentation).
+/// Scope `all` only: it reads every row it checks, from every site.
+#[derive(Debug)]
+pub struct HiddenSweep<H> {
+    store: Store,
+    hiding: Arc<H>,
+}
+
+impl<H: Hiding> HiddenSweep<H> {
+    pub fn new(store: Store, hiding: Arc<H>) -> Self {
+        HiddenSweep { store, hiding }
+    }
+}
+
+#[async_trait]
+impl<H: Hiding> Sweep for HiddenSweep<H> {
+    fn task(&self) -> Task {
+        Task::Hidden
+    }
+
+    async fn step(&self, from: SweepPosition, budget: u32, dry_run: bool) -> Result<Stepped, SweepError> {
+        let suppressions = self.hiding.suppressions();
+        let scan = ScanQuery::new(suppressions.table, budget).after(from.after.clone()).across_sites();
+        let scanned = self.store.scan_range(&scan).await?;
+        let mut report = StepReport { partitions: scanned.partitions.len() as u64, ..StepReport::default() };
+        for partition in &scanned.partitions {
+            let (domain, title) = stored_page(&partition.key)?;
+            let mut hidden = suppressions.resync(&self.store, &partition.key).await?;
+            report.rows += hidden.rows as u64 + u64::from(hidden.deleted_through.is_some());
+            if dry_run {
+                continue;
+            }
+            let mut writes = std::mem::take(&mut hidden.writes);
+            writes.extend(self.hiding.hiding_writes(&domain, &title, &hidden));
+            if !writes.is_empty() {
+                self.store.apply(writes).await?;
+            }
+        }
+        let next = scanned.next.map(|p| SweepPosition { after: Some(p), ..SweepPosition::default() });
+        Ok(Stepped { report, next })
     }
 }
 

@@ -331,6 +331,13 @@ pub struct ReadQuery {
     /// page holding a day of superseded renders would read two renders'
     /// content for one).
     pub first_only: bool,
+    /// Read from a quorum of every site's replicas, not only the local ones
+    /// (EACH_QUORUM on Cassandra, where the keyspace spans several
+    /// datacenters; the same as a local read otherwise): what a site wrote
+    /// while the link was cut, and the other site never received (hints lost
+    /// or expired), is seen, and the replicas read are repaired with it. Fails
+    /// while a site is unreachable. For repairs, never for serving.
+    pub across_sites: bool,
 }
 
 impl ReadQuery {
@@ -343,9 +350,16 @@ impl ReadQuery {
             limit: None,
             page_token: None,
             after: None,
+            across_sites: false,
             columns: None,
             first_only: false,
         }
+    }
+
+    /// Read from every site (see [`ReadQuery::across_sites`]).
+    pub fn across_sites(mut self) -> Self {
+        self.across_sites = true;
+        self
     }
 
     /// The first `n` rows and nothing more: no page token comes back, and no
@@ -595,12 +609,14 @@ pub struct ScanQuery {
     /// Static columns to return with each partition.
     pub statics: Vec<&'static str>,
     pub limit: u32,
+    /// Scan a quorum of every site's replicas (see [`ReadQuery::across_sites`]).
+    pub across_sites: bool,
 }
 
 impl ScanQuery {
     /// The first `limit` partitions of the whole ring, keys only.
     pub fn new(table: &'static TableDef, limit: u32) -> Self {
-        ScanQuery { table, range: TokenRange::ALL, after: None, statics: Vec::new(), limit }
+        ScanQuery { table, range: TokenRange::ALL, after: None, statics: Vec::new(), limit, across_sites: false }
     }
 
     pub fn range(mut self, range: TokenRange) -> Self {
@@ -615,6 +631,12 @@ impl ScanQuery {
 
     pub fn statics(mut self, columns: impl IntoIterator<Item = &'static str>) -> Self {
         self.statics = columns.into_iter().collect();
+        self
+    }
+
+    /// Scan every site (see [`ReadQuery::across_sites`]).
+    pub fn across_sites(mut self) -> Self {
+        self.across_sites = true;
         self
     }
 }

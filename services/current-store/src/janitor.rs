@@ -24,10 +24,13 @@ use revstore_api::ArchiveBody;
 use revstore_api::janitor::StepReport;
 use revstore_api::janitor::Task;
 use revstore_client::OldStoreClient;
-use revstore_keys::{Domain, FirstLetterCase, RevId, Title, TitleRules};
+use revstore_keys::{Domain, RevId, Title};
 use revstore_schema::TableDef;
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_LETTERS, OUTBOX_SHARDS, PAGE_RENDERS, SUPPRESSED, col};
-use revstore_service::janitor_admin::{AuditSweep, AuditedTable, ChangedPages, Entitlement, EveryPage, PageVisit, Sweep, SweepError};
+use revstore_service::janitor_admin::{
+    AuditSweep, AuditedTable, ChangedPages, Entitlement, EveryPage, PageVisit, Sweep, SweepError, stored_page,
+};
+use revstore_service::suppressions::HiddenSweep;
 use revstore_storage::{Delete, ReadQuery, Row, ScannedPartition, Slice, Store, Value, row_bytes};
 
 use crate::pages::{Held, Pages, held};
@@ -61,6 +64,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Dur
     let journal = crate::pages::journal(&store);
     let retention = Arc::new(Retention { pages: pages.clone() });
     let mut sweeps: Vec<Arc<dyn Sweep>> = vec![
+        Arc::new(HiddenSweep::new(store.clone(), Arc::new(pages.clone()))),
         Arc::new(EveryPage::new(store.clone(), retention.clone())),
         Arc::new(ChangedPages::new(&journal, retention, late_margin)),
         Arc::new(audit.from_nodes()),
@@ -294,18 +298,6 @@ impl HandOffCheck {
             }
         }
     }
-}
-
-/// The domain and title of a stored page key (domain, title), as stored.
-fn stored_page(key: &[Value]) -> Result<(Domain, Title), SweepError> {
-    let text = |i: usize| match key.get(i) {
-        Some(Value::Text(t)) => Ok(t.as_str()),
-        _ => Err(SweepError::corrupt("a current partition key is not (domain, title)")),
-    };
-    let domain = Domain::parse(text(0)?).map_err(SweepError::corrupt)?;
-    // Stored titles are normalised already; case-sensitive rules keep them as they are.
-    let title = Title::parse(text(1)?, TitleRules { first_letter: FirstLetterCase::Sensitive }).map_err(SweepError::corrupt)?;
-    Ok((domain, title))
 }
 
 /// old-store's body for a stored render.

@@ -12,7 +12,7 @@
 //! - `error`: what the page operations fail with, mapped to HTTP once.
 //! - `routes`: the HTTP API.
 //! - `outbox`: delivery of hand-offs to old-store and notices to the graph.
-//! - `janitor`: the sweeps it offers the janitor (retention, archive, audit).
+//! - `janitor`: the sweeps it offers the janitor (hidden, retention, archive, audit).
 //! - `dump`: a domain's current renders as NDJSON, by slices of the token ring.
 
 pub mod dump;

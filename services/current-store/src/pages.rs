@@ -26,7 +26,7 @@ use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::current_store::{DOMAIN_PAGES, PAGE_RENDERS, SUPPRESSED, col};
 use revstore_service::dump::TitleIndex;
 use revstore_service::janitor_admin::Journal;
-use revstore_service::suppressions::{Change, Suppressions, deletion_timestamp};
+use revstore_service::suppressions::{Change, Hidden, Hiding, Suppressions, deletion_timestamp};
 use revstore_storage::{Delete, ReadQuery, Row, Slice, Store, Upsert, Value, Write, row_bytes};
 
 use crate::error::{PagesError, Refusal};
@@ -64,6 +64,39 @@ fn fence_timestamp(rev: RevId) -> i64 {
 /// render of a suppressed revision written after the page was deleted and
 /// written again is still caught by the latest read.
 const SUPPRESSION_FLAG_WRITTEN_AT: i64 = 1 << 62;
+
+/// A page's deletion through `through` in current-store's own tables: its
+/// fence (`deleted_through_rev`, a static cell), a range delete of its
+/// renders and the removal of its dump index row, all at [`fence_timestamp`].
+fn deletion_writes(domain: &Domain, title: &Title, through: RevId) -> Vec<Write> {
+    let at = fence_timestamp(through);
+    let fence = Upsert::new(&PAGE_RENDERS, key(domain, title)).set(col::DELETED_THROUGH_REV, through.as_i64()).timestamp(at);
+    let renders = Slice::all().upper(Bound::Included(Value::from(through.as_i64())));
+    vec![
+        fence.into(),
+        Delete::range(&PAGE_RENDERS, key(domain, title), renders).timestamp(at).into(),
+        PAGE_INDEX.delete(domain, title, at).into(),
+    ]
+}
+
+/// The janitor's `hidden` task in current-store: a page's deletion and its
+/// suppression flag, written again from what every site's suppression rows
+/// say (`revstore_service::suppressions`, "Across sites"). The renders of a
+/// suppressed revision that a site still holds stay; every read there checks
+/// the suppression.
+impl Hiding for Pages {
+    fn suppressions(&self) -> Suppressions {
+        SUPPRESSIONS
+    }
+
+    fn hiding_writes(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Vec<Write> {
+        let mut writes = hidden.deleted_through.map(|through| deletion_writes(domain, title, through)).unwrap_or_default();
+        if !hidden.revisions.is_empty() {
+            writes.push(suppression_flag(key(domain, title)).into());
+        }
+        writes
+    }
+}
 
 /// The static cell saying that the page `page` (domain, title) has a suppressed revision.
 fn suppression_flag(page: [Value; 2]) -> Upsert {
@@ -563,14 +596,8 @@ impl Pages {
             self.store.write(PAGE_INDEX.delete(domain, title, self.store.now_micros())).await?;
             return Ok(None);
         };
-        let at = fence_timestamp(through);
-        let fence = Upsert::new(&PAGE_RENDERS, key(domain, title)).set(col::DELETED_THROUGH_REV, through.as_i64()).timestamp(at);
-        let renders = Slice::all().upper(Bound::Included(Value::from(through.as_i64())));
-        let writes: Vec<Write> = vec![
-            fence.into(),
-            Delete::range(&PAGE_RENDERS, key(domain, title), renders).timestamp(at).into(),
-            PAGE_INDEX.delete(domain, title, at).into(),
-        ];
+        let mut writes = deletion_writes(domain, title, through);
+        writes.push(SUPPRESSIONS.deletion_record(domain, title, through));
         self.store.apply(writes).await?;
         if self.hand_off {
             // old-store's own routes stop serving the page's revisions too.

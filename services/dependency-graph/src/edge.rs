@@ -61,6 +61,7 @@ pub fn dependent_delete(domain: &str, parent: &str, kind: &str, priority: i64, c
 }
 
 /// The delete of an edge's row in its child's partition (not stamped).
+#[cfg(feature = "testsuite")]
 pub fn dependency_delete(domain: &str, child: &str, priority: i64, kind: &str, parent: &str) -> Delete {
     Delete::row(&DEPENDENCIES, dependencies_key(domain, child), dependency_clustering(priority, kind, parent))
 }

@@ -17,6 +17,8 @@ pub fn swept_by(task: Task) -> &'static [ServiceName] {
         // older than its change retention (graph_changes grows otherwise).
         Task::Retention => &[ServiceName::CurrentStore, ServiceName::Graph],
         Task::Archive => &[ServiceName::CurrentStore],
+        // Each store's deleted pages and suppressed revisions.
+        Task::Hidden => &[ServiceName::CurrentStore, ServiceName::OldStore],
         Task::Graph => &[ServiceName::Graph],
         Task::Audit => &ServiceName::ALL,
     }
@@ -28,9 +30,11 @@ fn scope_arg() -> impl clap::builder::TypedValueParser<Value = Scope> {
         .map(|name| if name == Scope::Changed.name() { Scope::Changed } else { Scope::All })
 }
 
-/// Whether a task has sweeps of `scope`.
+/// Whether a task has sweeps of `scope`. The graph's repair and the
+/// hidden task read every row they check (the latter from every site), so
+/// they run with the full scope only.
 pub fn offered_in(task: Task, scope: Scope) -> bool {
-    scope == Scope::All || task != Task::Graph
+    scope == Scope::All || !matches!(task, Task::Graph | Task::Hidden)
 }
 
 /// A task named on the command line.

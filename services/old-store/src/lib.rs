@@ -198,7 +198,8 @@ impl ServiceDefinition for OldStore {
             .map(|t| if std::ptr::eq(*t, debt_table) { AuditedTable::unscanned(t) } else { AuditedTable::live(t) })
             .collect();
         let audit = AuditSweep::new(platform.store().clone(), tables);
-        let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(audit.from_nodes()), Arc::new(audit)];
+        let hidden = revstore_service::suppressions::HiddenSweep::new(platform.store().clone(), Arc::new(archive.clone()));
+        let sweeps: Vec<Arc<dyn Sweep>> = vec![Arc::new(hidden), Arc::new(audit.from_nodes()), Arc::new(audit)];
         let dumps = Arc::new(revstore_service::dump::DumpPacer::new(own.dump_revisions_per_second));
         let state = routes::AppState { platform: platform.clone(), archive, debt, titles, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))

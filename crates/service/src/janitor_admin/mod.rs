@@ -35,7 +35,7 @@ use utoipa::OpenApi;
 pub use audit::{AuditSweep, AuditedTable, Entitlement};
 pub use journal::{ChangedPages, EveryPage, Journal, PageVisit};
 pub use lease::LeaseError;
-pub use sweep::{Stepped, Sweep, SweepError, SweepPosition};
+pub use sweep::{Stepped, Sweep, SweepError, SweepPosition, stored_page};
 
 use crate::problem::Problem;
 use crate::{Access, Platform, Routes};

@@ -79,7 +79,7 @@ pub(super) async fn give_back_lease(
 
 /// One step of one of the service's sweeps, from its checkpoint.
 #[utoipa::path(post, path = "/admin/janitor/{task}/step", request_body = StepRequest,
-    params(("task" = String, Path, description = "retention, archive, graph or audit (those the service has, in the scope asked for)")),
+    params(("task" = String, Path, description = "hidden, retention, archive, graph or audit (those the service has, in the scope asked for)")),
     responses((status = 200, body = StepReport), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem),
         (status = 404, description = "the service offers no sweep of this task (problem kind janitor-task-not-offered)", body = Problem),
         (status = 409, description = "the caller does not hold the lease (problem kind janitor-lease-held)", body = Problem)),

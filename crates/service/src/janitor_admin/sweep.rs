@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use revstore_api::janitor::{Scope, StepReport, Task};
+use revstore_keys::{Domain, FirstLetterCase, Title, TitleRules};
 use revstore_storage::value::{decode_values, encode_values};
 use revstore_storage::{ScanPosition, StoreError, Value};
 
@@ -124,4 +125,17 @@ impl SweepError {
     pub fn corrupt(what: impl std::fmt::Display) -> Self {
         SweepError::Corrupt(what.to_string())
     }
+}
+
+/// The domain and title of a page's partition key (domain, title), as
+/// stored: titles are normalised already, so case-sensitive rules keep them
+/// as they are.
+pub fn stored_page(key: &[Value]) -> Result<(Domain, Title), SweepError> {
+    let text = |i: usize| match key.get(i) {
+        Some(Value::Text(t)) => Ok(t.as_str()),
+        _ => Err(SweepError::corrupt("a page's partition key is not (domain, title)")),
+    };
+    let domain = Domain::parse(text(0)?).map_err(SweepError::corrupt)?;
+    let title = Title::parse(text(1)?, TitleRules { first_letter: FirstLetterCase::Sensitive }).map_err(SweepError::corrupt)?;
+    Ok((domain, title))
 }

@@ -310,6 +310,13 @@ impl CassandraEngine {
         }
     }
 
+    /// The consistency of a read from every site: EACH_QUORUM where the
+    /// keyspace spans several datacenters (ScyllaDB refuses it for reads, and
+    /// the read fails saying so); with one, the session's own.
+    fn across_sites(&self, wanted: bool) -> Option<Consistency> {
+        (wanted && self.site.count > 1).then_some(Consistency::EachQuorum)
+    }
+
     /// [`Engine::read`], at `consistency` when given (the session's otherwise).
     async fn read_at(
         &self,
@@ -452,7 +459,7 @@ impl Engine for CassandraEngine {
     }
 
     async fn read(&self, query: &ReadQuery, after: Option<Vec<Value>>) -> StoreResult<(Vec<Row>, Option<Row>)> {
-        self.read_at(query, after, None).await
+        self.read_at(query, after, self.across_sites(query.across_sites)).await
     }
 
     async fn cas(&self, c: Cas) -> StoreResult<CasOutcome> {
@@ -469,7 +476,7 @@ impl Engine for CassandraEngine {
         if let Some(after) = query.after.as_ref().filter(|p| !p.key.is_empty()) {
             // Partitions sharing the position's token (a hash collision) come first.
             let cql = cql::scan(&self.keyspace, t, &query.statics, true);
-            let same = self.scan_page(&pk, &statics, &cql, &[after.token], limit + 1).await?;
+            let same = self.scan_page(&pk, &statics, &cql, &[after.token], limit + 1, query.across_sites).await?;
             out.extend(same.into_iter().filter(|p| cmp_keys(&p.key, &after.key).is_gt()));
             from = after.token;
         }
@@ -479,7 +486,7 @@ impl Engine for CassandraEngine {
         let remaining = (limit as usize + 1).saturating_sub(out.len()) as u32;
         if remaining > 0 && from < query.range.through {
             let cql = cql::scan(&self.keyspace, t, &query.statics, false);
-            out.extend(self.scan_page(&pk, &statics, &cql, &[from, query.range.through], remaining).await?);
+            out.extend(self.scan_page(&pk, &statics, &cql, &[from, query.range.through], remaining, query.across_sites).await?);
         }
         out.sort_by(|a, b| a.token.cmp(&b.token).then_with(|| cmp_keys(&a.key, &b.key)));
         out.truncate(limit as usize + 1);
@@ -534,8 +541,12 @@ impl CassandraEngine {
         cql: &str,
         tokens: &[i64],
         limit: u32,
+        across_sites: bool,
     ) -> StoreResult<Vec<ScannedPartition>> {
-        let prepared = self.prepare(cql).await?;
+        let mut prepared = self.prepare(cql).await?;
+        if let Some(consistency) = self.across_sites(across_sites) {
+            prepared.set_consistency(consistency);
+        }
         let mut values: Vec<Option<CqlValue>> = tokens.iter().map(|t| Some(CqlValue::BigInt(*t))).collect();
         values.push(Some(CqlValue::Int(limit.min(i32::MAX as u32) as i32)));
         let result = self.session.execute_unpaged(&prepared, &values).await.map_err(execution_error)?;

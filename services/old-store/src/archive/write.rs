@@ -8,7 +8,7 @@ use revstore_api::PageIdentity;
 use revstore_codecs::encode_chained;
 use revstore_keys::{Domain, RevId, Tid, Title};
 use revstore_schema::tables::old_store::{ARCHIVE_BLOCKS, ARCHIVE_META, col};
-use revstore_service::suppressions::{Change, deletion_timestamp};
+use revstore_service::suppressions::{Change, Hidden, Hiding, Suppressions, deletion_timestamp};
 use revstore_storage::{Cas, Condition, ReadQuery, Row, Serialized, Slice, Upsert, Value, Write};
 
 use super::{Archive, ArchiveOutcome, TitleState, UpdatePolicy, key_values};
@@ -235,11 +235,11 @@ impl Archive {
     /// a static cell written at the deletion's timestamp, so a deletion
     /// through a later revision wins and none through an earlier one does.
     /// The blocks stay (a revision written after a re-creation shares them).
+    /// The deletion is also recorded in the suppression table, where the
+    /// janitor's `hidden` task finds it.
     pub async fn delete_page(&self, domain: &Domain, title: &Title, through: RevId) -> Result<(), ArchiveError> {
-        let fence = Upsert::new(&ARCHIVE_META, key_values(domain, title))
-            .set(col::DELETED_THROUGH_REV, through.as_i64())
-            .timestamp(deletion_timestamp(through));
-        self.inner.store.write(fence).await?;
+        let writes = vec![deletion_fence(domain, title, through), super::SUPPRESSIONS.deletion_record(domain, title, through)];
+        self.inner.store.apply(writes).await?;
         Ok(())
     }
 
@@ -250,5 +250,29 @@ impl Archive {
             self.deleted_through(domain, title)
         )?;
         Ok(suppressed || deleted_through.is_some_and(|through| rev.get() <= through))
+    }
+}
+
+/// A page's deletion through `through` in old-store's own tables: its
+/// fence, a static cell of its `archive_meta` partition at the deletion's
+/// timestamp.
+fn deletion_fence(domain: &Domain, title: &Title, through: RevId) -> Write {
+    Upsert::new(&ARCHIVE_META, key_values(domain, title))
+        .set(col::DELETED_THROUGH_REV, through.as_i64())
+        .timestamp(deletion_timestamp(through))
+        .into()
+}
+
+/// The janitor's `hidden` task in old-store: a page's deletion fence,
+/// written again from what every site's suppression rows say
+/// (`revstore_service::suppressions`, "Across sites"); reads check the
+/// suppression rows themselves.
+impl Hiding for Archive {
+    fn suppressions(&self) -> Suppressions {
+        super::SUPPRESSIONS
+    }
+
+    fn hiding_writes(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Vec<Write> {
+        hidden.deleted_through.map(|through| deletion_fence(domain, title, through)).into_iter().collect()
     }
 }
