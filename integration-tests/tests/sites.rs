@@ -981,8 +981,8 @@ async fn sites_hide_what_one_hid_during_a_cut_with_its_hints_lost_once_the_hidde
     eventually("site 1 hides both, old-store included", CONVERGENCE, || async { served(0).await == nowhere }).await;
     // The hints every node holds for the other site's, lost.
     for nodetool in every_nodetool() {
-        let status = Command::new(&nodetool[0]).args(&nodetool[1..]).arg("truncatehints").status().expect("nodetool truncatehints");
-        assert!(status.success(), "{nodetool:?} truncatehints");
+        let output = Command::new(&nodetool[0]).args(&nodetool[1..]).arg("truncatehints").output().expect("nodetool truncatehints");
+        assert!(output.status.success(), "{nodetool:?} truncatehints: {}", String::from_utf8_lossy(&output.stderr));
     }
     sites(&["restore"]);
     tokio::time::sleep(Duration::from_secs(15)).await;
