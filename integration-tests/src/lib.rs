@@ -11,6 +11,7 @@
 //! `scripts/test` does). Each service's output goes to `<name>.log` in the
 //! system's directory; a failing test prints the end of every log.
 
+pub mod history_check;
 pub mod linearizable;
 
 use std::net::SocketAddr;
