@@ -1,5 +1,5 @@
 module revstore/history-check
 
-go 1.21
+go 1.19
 
 require github.com/anishathalye/porcupine v1.3.1

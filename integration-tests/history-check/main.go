@@ -7,6 +7,11 @@
 // revision is above the fence and not suppressed; a read of the latest
 // returns the highest visible version, a read by revision the highest
 // visible version of that revision, a read by tid that version if visible.
+// A deletion is through the revision named or the newest held, whichever is
+// newer; a suppression removes the revision's renders (a lift hides them no
+// longer, but they are gone: reads of them fall back to old-store, which the
+// model does not follow, so histories do not read a lifted revision's
+// renders by tid).
 // A write answered "stored" (201) is legal only if the revision is visible
 // and no render with its (revision, tid) holds another body; one answered
 // "refused" (409) only if it could not be kept. An operation with no answer
@@ -178,12 +183,28 @@ func step(s state, in Input, out Output) []state {
 		var next state
 		switch in.Kind {
 		case "delete":
+			// Through the revision named, or the newest held, whichever
+			// is newer (as current-store deletes).
 			next = state{s.stored, s.fence, s.suppressed}
+			for _, v := range s.stored {
+				if v.Rev > next.fence {
+					next.fence = v.Rev
+				}
+			}
 			if in.Rev > next.fence {
 				next.fence = in.Rev
 			}
 		case "suppress":
+			// The revision's renders are removed: a lift does not bring
+			// them back (a read of the revision then falls back to old-store).
 			next = s.suppressing(in.Rev, true)
+			var kept []Version
+			for _, v := range next.stored {
+				if v.Rev != in.Rev {
+					kept = append(kept, v)
+				}
+			}
+			next.stored = kept
 		default:
 			next = s.suppressing(in.Rev, false)
 		}

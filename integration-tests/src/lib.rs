@@ -11,6 +11,8 @@
 //! `scripts/test` does). Each service's output goes to `<name>.log` in the
 //! system's directory; a failing test prints the end of every log.
 
+pub mod clock_shift;
+pub mod contract;
 pub mod history_check;
 pub mod linearizable;
 
@@ -37,7 +39,7 @@ pub enum Engine {
 pub struct Options {
     /// current-store's `--grace-ttl`.
     pub grace_ttl_secs: u64,
-    /// current-store's `--clock-skew`: the services of a test share one clock.
+    /// current-store's `--clock-skew`: how far apart the services' clocks may be (a test puts them on shifted clocks with `clock_shift`).
     pub clock_skew_secs: u64,
     /// Where the services export spans (`OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub otlp_endpoint: Option<String>,
@@ -234,9 +236,10 @@ impl System {
     /// there), both on the same keyspaces, which the first site creates and
     /// the last of the two to be dropped drops, once both sites' services
     /// have stopped. `REVSTORE_CASSANDRA_REPLICATION` names both datacenters.
-    pub async fn start_in_sites(options: Options, first: &Site, second: &Site) -> (System, System) {
-        let one = System::start_with(Engine::Cassandra, options.clone(), Some((first, None))).await;
-        let two = System::start_with(Engine::Cassandra, options, Some((second, Some(&one)))).await;
+    pub async fn start_in_sites(options: [Options; 2], first: &Site, second: &Site) -> (System, System) {
+        let [first_options, second_options] = options;
+        let one = System::start_with(Engine::Cassandra, first_options, Some((first, None))).await;
+        let two = System::start_with(Engine::Cassandra, second_options, Some((second, Some(&one)))).await;
         (one, two)
     }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use revstore_integration_tests::{Engine, Options, System, eventually, hints_delivered};
+use revstore_integration_tests::{Engine, Options, System, clock_shift, eventually, hints_delivered};
 use revstore_keys::TidGenerator;
 use serde_json::{Value, json};
 
@@ -511,48 +511,6 @@ fn uuid_time(tid: &str) -> u64 {
     u64::from_str_radix(&format!("{high}{mid}{low}"), 16).unwrap_or(0)
 }
 
-/// A preload library that shifts what a process reads as the time of day
-/// (`clock_gettime` on the realtime clocks, which `SystemTime::now` uses) by
-/// `REVSTORE_TEST_CLOCK_OFFSET_MS`; the monotonic clock, which timers use,
-/// stays true. Built here with the C compiler: libfaketime, which does this
-/// too, crashes on start in a process whose `malloc` is mimalloc (its
-/// constructor's failed `dlsym` frees glibc's error string through mimalloc).
-const CLOCK_SHIFT_C: &str = r#"
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <time.h>
-
-static int (*real_clock_gettime)(clockid_t, struct timespec *);
-static long long offset_ns;
-
-__attribute__((constructor)) static void init(void) {
-    real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
-    const char *ms = getenv("REVSTORE_TEST_CLOCK_OFFSET_MS");
-    offset_ns = ms ? atoll(ms) * 1000000LL : 0;
-}
-
-int clock_gettime(clockid_t clock, struct timespec *ts) {
-    int r = real_clock_gettime(clock, ts);
-    if (r == 0 && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE)) {
-        long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns;
-        ts->tv_sec = ns / 1000000000LL;
-        ts->tv_nsec = ns % 1000000000LL;
-    }
-    return r;
-}
-"#;
-
-/// Builds the clock-shifting library into `dir`; its path.
-fn clock_shift_library(dir: &std::path::Path) -> PathBuf {
-    let source = dir.join("clock_shift.c");
-    let library = dir.join("libclock_shift.so");
-    std::fs::write(&source, CLOCK_SHIFT_C).expect("write the shim's source");
-    let built = Command::new("cc").args(["-shared", "-fPIC", "-O2", "-o"]).arg(&library).arg(&source).arg("-ldl").output().expect("run cc");
-    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
-    library
-}
-
 /// How far the two skewed writers' clocks are from the true time, each way.
 const SKEW_SECS: i64 = 3;
 const SKEW_TITLES: usize = 6;
@@ -627,7 +585,7 @@ async fn cluster_writers_with_skewed_clocks_never_shadow_a_newer_render_or_cut_a
     // clock, as a renderer beside it would. The driver spreads each
     // instance's requests over the replicas, so writes of one page meet
     // different coordinators too.
-    let shift = clock_shift_library(system.dir());
+    let shift = clock_shift::library(system.dir());
     let shift = shift.to_str().expect("a UTF-8 path");
     let (behind_ms, ahead_ms) = ((-SKEW_SECS * 1000).to_string(), (SKEW_SECS * 1000).to_string());
     let mut behind = system.another_current_store("behind", &[("LD_PRELOAD", shift), ("REVSTORE_TEST_CLOCK_OFFSET_MS", &behind_ms)]);

@@ -257,6 +257,15 @@ impl From<StoreError> for ShardFailure {
     }
 }
 
+/// How far behind the read position a round looks again, keys only, for
+/// rows that committed after rows with later ids were read (two writes of
+/// one replica, or of two, finishing out of order), while rows are being
+/// read and for this long after: a write finishes within its storage
+/// timeout (10 s by default), so such a row is delivered at the next round
+/// rather than once the margin has passed (one committing later still is
+/// delivered then).
+const RECHECK: Duration = Duration::from_secs(15);
+
 /// How long the worker waits before looking at an outbox it found empty.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -270,6 +279,9 @@ struct HeldShard {
     delivered_through: Tid,
     /// Where the next read starts.
     read_from: Bound<Tid>,
+    /// Until when (store clock, µs) each round looks again behind the read
+    /// position for rows that committed out of order (see [`RECHECK`]).
+    recheck_until: i64,
     /// Minutes in which rows were seen or that the delivered-through
     /// position has passed, not yet settled (see [`SETTLE`]).
     minutes_seen: BTreeSet<i64>,
@@ -291,6 +303,7 @@ impl HeldShard {
             expires_at,
             delivered_through,
             read_from: Bound::Included(delivered_through),
+            recheck_until: i64::MIN,
             minutes_seen: BTreeSet::new(),
             waiting_since: None,
             paused_until: i64::MIN,
@@ -658,6 +671,7 @@ async fn deliver_shard(
         let full = rows.len() == BATCH as usize;
         if !rows.is_empty() {
             held.minutes_seen.insert(minute);
+            held.recheck_until = store.now_micros() + RECHECK.as_micros() as i64;
         }
         for row in rows {
             let Some(id) = row.timeuuid(col::ID).and_then(|id| Tid::from_uuid(id).ok()) else { continue };
@@ -675,21 +689,39 @@ async fn deliver_shard(
             break;
         }
         held.read_from = Bound::Included(minute_start(minute + 1));
+        // A row of the minute passed may still be committing.
+        held.recheck_until = store.now_micros() + RECHECK.as_micros() as i64;
+    }
+    // Rows that committed after rows with later ids were read (two writes
+    // finishing out of order): while rows are being read, the span a write's
+    // timeout covers behind the read position is looked at again each round,
+    // keys only, so they go within a poll interval, not once the margin has
+    // passed.
+    let now_micros = store.now_micros();
+    if now_micros < held.recheck_until {
+        let from = Tid::min_at(now - RECHECK).max(held.delivered_through);
+        let to = held.read_position();
+        if from < to {
+            for (minute, ids) in unmarked_rows(store, shard, from, to).await? {
+                for id in ids {
+                    let key = [minute_key(shard, minute).to_vec(), vec![Value::from(id)]].concat();
+                    if let Some(row) = store.get(&OUTBOX, key, None).await? {
+                        deliver_row(store, receivers, shard, minute, id, &row, &mut held.faults).await?;
+                        round.delivered += 1;
+                    }
+                }
+            }
+        }
     }
     // Rows queued behind the read position by a replica whose clock is
     // behind: every one is within the margin, so once the margin has passed
     // a span, the ids in it are all there to be checked.
     let target = Tid::min_at(now - margin).min(held.read_position());
     if target > held.delivered_through {
-        for minute in minute_of(held.delivered_through)..=minute_of(target) {
-            let slice =
-                Slice::all().lower(Bound::Included(Value::from(held.delivered_through))).upper(Bound::Excluded(Value::from(target)));
-            let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::DELIVERED_AT]).limit(BATCH * 10);
-            let keys: Vec<Row> = store.rows(query).try_collect().await?;
+        for (minute, ids) in unmarked_rows(store, shard, held.delivered_through, target).await? {
             // Settled later even if empty: a row may still arrive in it late.
             held.minutes_seen.insert(minute);
-            let undelivered = keys.iter().filter(|row| row.timestamp(col::DELIVERED_AT).is_none());
-            for id in undelivered.filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()) {
+            for id in ids {
                 let key = [minute_key(shard, minute).to_vec(), vec![Value::from(id)]].concat();
                 if let Some(row) = store.get(&OUTBOX, key, None).await? {
                     if let Err(e) = deliver_row(store, receivers, shard, minute, id, &row, &mut held.faults).await {
@@ -753,6 +785,21 @@ async fn deliver_late_rows(
         delivered += 1;
     }
     Ok((delivered, keys.len()))
+}
+
+/// The rows of `shard` with ids in `[from, to)` not marked delivered, by
+/// minute, every minute of the span listed (keys and `delivered_at` read, no
+/// payload).
+async fn unmarked_rows(store: &Store, shard: i64, from: Tid, to: Tid) -> Result<Vec<(i64, Vec<Tid>)>, StoreError> {
+    let mut found = Vec::new();
+    for minute in minute_of(from)..=minute_of(to) {
+        let slice = Slice::all().lower(Bound::Included(Value::from(from))).upper(Bound::Excluded(Value::from(to)));
+        let query = ReadQuery::new(&OUTBOX, minute_key(shard, minute)).slice(slice).columns([col::DELIVERED_AT]).limit(BATCH * 10);
+        let keys: Vec<Row> = store.rows(query).try_collect().await?;
+        let unmarked = keys.iter().filter(|row| row.timestamp(col::DELIVERED_AT).is_none());
+        found.push((minute, unmarked.filter_map(|row| row.timeuuid(col::ID)).filter_map(|id| Tid::from_uuid(id).ok()).collect()));
+    }
+    Ok(found)
 }
 
 fn minute_key(shard: i64, minute: i64) -> [Value; 2] {

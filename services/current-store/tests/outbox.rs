@@ -567,3 +567,29 @@ async fn leases_are_renewed_while_a_round_waits_on_its_receiver() {
     let _first = stalled.await.expect("the first replica's round");
     assert_eq!(count(&received, "Stalled", 1), 1);
 }
+
+/// Two writes whose ids are in one order and whose commits are in the
+/// other (two render writes of one replica, the first slower to finish): the
+/// row committed second is behind the read position once it lands, and is
+/// delivered at the next round, not once the margin has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_committed_out_of_order_is_delivered_at_the_next_round() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN);
+    let started = store.now();
+    queue(&store, "Committed_first", 1, started - Duration::from_secs(1)).await;
+    round(&mut delivery).await;
+    assert_eq!(count(&received, "Committed_first", 1), 1);
+    // Its id taken two seconds before the first's, committed after it was read.
+    let slower = same_shard_as("Committed_first");
+    queue(&store, &slower, 1, started - Duration::from_secs(3)).await;
+    clock.advance_secs(1);
+    round(&mut delivery).await;
+    assert_eq!(count(&received, &slower, 1), 1, "delivered at the next round, well within the margin");
+    clock.advance(MARGIN + Duration::from_secs(60));
+    round(&mut delivery).await;
+    assert_eq!((count(&received, "Committed_first", 1), count(&received, &slower, 1)), (1, 1), "each once");
+}
