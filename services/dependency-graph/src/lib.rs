@@ -26,6 +26,8 @@ mod edge;
 mod error;
 mod graph;
 mod janitor;
+#[cfg(test)]
+mod replace_races;
 mod routes;
 #[cfg(feature = "testsuite")]
 pub mod testing;

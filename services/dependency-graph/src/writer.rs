@@ -148,3 +148,22 @@ impl Graph {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use revstore_storage::Site;
+
+    use super::site_clock;
+
+    #[test]
+    fn each_site_takes_clock_values_of_its_own() {
+        let two = |index| Site { index, count: 2, datacenter: None };
+        for at in [0, 1, 1_000_001, i64::MAX / 2] {
+            let (zero, one) = (site_clock(at, two(0)), site_clock(at, two(1)));
+            assert!(zero >= at && one >= at && zero - at < 2 && one - at < 2, "{at}: {zero} {one}");
+            assert_ne!(zero, one);
+            assert_eq!((zero % 2, one % 2), (0, 1));
+        }
+        assert_eq!(site_clock(41, Site::ONLY), 41);
+    }
+}
