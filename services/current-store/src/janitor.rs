@@ -4,7 +4,9 @@
 //!   everything behind the newest render stored before the grace period
 //!   began range-deleted (row by row where a late write, stored inside the
 //!   grace period, sorts behind it), each delete timestamped just after the
-//!   newest write it removes, so that a render stored after the sweep stands.
+//!   newest write it removes, so that a render stored after the sweep stands;
+//!   where the keyspaces span several sites, the render kept goes with the
+//!   deletes, so no site is left without it.
 //! - `archive`: every revision current-store holds (the latest of each title,
 //!   and the revisions of renders inside their grace period) is in old-store;
 //!   one that is not (its hand-off lost: an outbox row deleted by hand, a
@@ -135,13 +137,21 @@ impl PageVisit for Retention {
         }
         // Each delete timestamped just after the writes it removes (so a
         // render stored after this sweep stands, whatever its tid).
-        let writes = if late.is_empty() {
+        let boundary = rows[at].0;
+        let mut writes = if late.is_empty() {
             let held: Vec<Held> = behind.iter().map(|(h, _)| *h).collect();
-            self.pages.behind(&domain, &title, rows[at].0.id, &held)
+            self.pages.behind(&domain, &title, boundary.id, &held)
         } else {
             let delete = |h: &Held| Delete::row(&PAGE_RENDERS, page.to_vec(), [Value::from(h.id.rev.as_i64()), Value::from(h.id.tid)]);
             behind.iter().map(|(h, _)| delete(h).timestamp(h.written_at() + 1).into()).collect()
         };
+        // Across sites, the other site may lack the boundary (its write lost
+        // with the hints of a long cut): it goes with the deletes, or no
+        // delete goes.
+        if store.site().count > 1 {
+            let Some(carried) = self.pages.carried(&domain, &title, boundary).await? else { return Ok(()) };
+            writes.push(carried);
+        }
         store.apply(writes).await?;
         Ok(())
     }

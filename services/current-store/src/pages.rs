@@ -532,6 +532,26 @@ impl Pages {
         deletes
     }
 
+    /// The boundary render retention keeps, written again to go with the
+    /// deletes behind it where the keyspaces span several sites: the same
+    /// cells, at the earliest timestamp its own write can have carried (the
+    /// start of its storing millisecond), so that a site which never
+    /// received it (its hints lost in a long cut) receives it with the
+    /// deletes, in one mutation of the partition, and is not left with no
+    /// render of the page. Where the original is held it wins (its timestamp
+    /// is the same or later); a suppression's or deletion's tombstone is
+    /// later than both. `None` when the row is no longer there to carry.
+    pub(crate) async fn carried(&self, domain: &Domain, title: &Title, boundary: Held) -> Result<Option<Write>, PagesError> {
+        let [d, t] = key(domain, title);
+        let at = vec![d, t, Value::from(boundary.id.rev.as_i64()), Value::from(boundary.id.tid)];
+        let Some(row) = self.store.get(&PAGE_RENDERS, at.clone(), Some(RENDER_CELLS.to_vec())).await? else { return Ok(None) };
+        let render = RENDER_CELLS
+            .iter()
+            .filter_map(|column| row.get(column).filter(|v| !matches!(v, Value::Null)).map(|v| (*column, v.clone())))
+            .fold(Upsert::new(&PAGE_RENDERS, at), |upsert, (column, value)| upsert.set(column, value));
+        Ok(Some(render.timestamp(boundary.stored_at).into()))
+    }
+
     fn outbox(&self, kind: &'static str, domain: &Domain, title: &Title, id: RenderId, payload: Vec<u8>) -> Upsert {
         let row = crate::outbox::queued(&self.store, crate::outbox::outbox_shard(self.store.site(), domain, title))
             .set(col::KIND, kind)
@@ -687,6 +707,9 @@ impl PageStatics {
         self.deleted_through_rev.is_some_and(|through| rev <= through)
     }
 }
+
+/// The cells a render's write sets (its key aside).
+const RENDER_CELLS: [&str; 6] = [col::STORED_AT, col::BODY_HASH, col::HTML, col::DATA_PARSOID, col::SECTION_OFFSETS, col::STORED_BYTES];
 
 /// A render's row with `stored_bytes`: its size as the storage audit counts
 /// it ([`row_bytes`], that cell included), so that retention and the audit's

@@ -162,9 +162,9 @@ impl<V: PageVisit> ChangedPages<V> {
         ChangedPages { marks: Checkpoints::new(store.clone(), journal.service), store, service: journal.service, visit, late_margin }
     }
 
-    /// Where the last completed changed sweep of the task ended.
+    /// Where the last completed changed sweep of the task ended (in this site).
     fn mark(&self) -> String {
-        format!("{}:changed-through", self.visit.task())
+        super::in_this_site(format!("{}:changed-through", self.visit.task()), self.store.site())
     }
 }
 

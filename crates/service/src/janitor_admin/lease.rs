@@ -4,6 +4,13 @@
 //! of one wiki may share a keyspace, and each keeps its own lease there),
 //! with `:changed` for routine runs: a full run may take days, and the hourly
 //! routine runs go on beside it (their work is idempotent with its).
+//!
+//! Where the keyspaces span several sites, a full run's lease is serialised
+//! across them (one full run anywhere: its graph repair and `hidden` task
+//! read and write what every site holds), and a routine run's is each
+//! site's own, named after its datacenter and serialised in the site: the
+//! routine runs of two sites may overlap, and both go on while the link
+//! between them is cut or the other site is lost.
 
 use std::time::Duration;
 
@@ -30,15 +37,16 @@ pub enum LeaseError {
 pub(super) struct LeaseBook {
     store: Store,
     name: String,
+    serialized: Serialized,
 }
 
 impl LeaseBook {
     pub(super) fn new(store: Store, service: &'static str, scope: Scope) -> Self {
-        let name = match scope {
-            Scope::All => service.to_owned(),
-            Scope::Changed => format!("{service}:changed"),
+        let (name, serialized) = match scope {
+            Scope::All => (service.to_owned(), Serialized::AcrossSites),
+            Scope::Changed => (super::in_this_site(format!("{service}:changed"), store.site()), Serialized::InSite),
         };
-        LeaseBook { store, name }
+        LeaseBook { store, name, serialized }
     }
 
     fn key(&self) -> Value {
@@ -64,7 +72,7 @@ impl LeaseBook {
                 .set("expires_at", Value::Timestamp(expires_at))
                 .ttl(ttl.as_secs() as u32)
         };
-        let taken = self.store.cas(Cas::insert_if_not_exists(lease_row(millis(now))).across_sites()).await?;
+        let taken = self.store.cas(Cas { serialized: self.serialized, ..Cas::insert_if_not_exists(lease_row(millis(now))) }).await?;
         if taken.applied {
             return Ok(expires_at);
         }
@@ -76,7 +84,7 @@ impl LeaseBook {
         // Ours: renew it, only if it is still ours.
         let acquired_at = current.and_then(|r| r.timestamp("acquired_at")).unwrap_or(millis(now));
         let renewal = Cas {
-            serialized: Serialized::AcrossSites,
+            serialized: self.serialized,
             table: &LEASES,
             partition: vec![self.key()],
             clustering: Some(Vec::new()),
@@ -93,7 +101,7 @@ impl LeaseBook {
     /// Gives the lease back when `holder` holds it; otherwise changes nothing.
     pub(super) async fn give_back(&self, holder: &str) -> Result<(), StoreError> {
         let release = Cas {
-            serialized: Serialized::AcrossSites,
+            serialized: self.serialized,
             table: &LEASES,
             partition: vec![self.key()],
             clustering: Some(Vec::new()),

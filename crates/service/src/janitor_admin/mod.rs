@@ -30,6 +30,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use axum::routing::post;
 use revstore_api::janitor::{Lease, LeaseRequest, PurgeReport, Scope, StepReport, StepRequest, TableAudit, Task};
+use revstore_storage::Site;
 use utoipa::OpenApi;
 
 pub use audit::{AuditSweep, AuditedTable, Entitlement};
@@ -88,6 +89,21 @@ impl JanitorAdmin {
     }
 }
 
+/// The name a routine (`changed`) run's lease, checkpoints and marks take
+/// in this site. Routine runs go on in every site at once, each under a
+/// lease taken in its own site (what they do to a page, a range delete or an
+/// archive PUT, is harmless done twice), so that retention does not stop
+/// while the link between sites is cut or a site is lost; each site then
+/// keeps its own positions. Full runs are one for all the sites: their names
+/// are the bare ones.
+fn in_this_site(name: String, site: Site) -> String {
+    match (site.count, site.datacenter) {
+        (0 | 1, _) => name,
+        (_, Some(datacenter)) => format!("{name}@{datacenter}"),
+        (_, None) => format!("{name}@site{}", site.index + 1),
+    }
+}
+
 /// The admin routes' OpenAPI paths, merged into each service's document.
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -95,3 +111,18 @@ impl JanitorAdmin {
     components(schemas(LeaseRequest, Lease, StepRequest, Scope, StepReport, TableAudit, PurgeReport, Problem))
 )]
 pub struct JanitorAdminDoc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routine_names_are_each_sites_own_only_where_there_are_several() {
+        let name = || "current-store:changed".to_owned();
+        assert_eq!(in_this_site(name(), Site::ONLY), "current-store:changed");
+        let second = Site { index: 1, count: 2, datacenter: Some("codfw") };
+        assert_eq!(in_this_site(name(), second), "current-store:changed@codfw");
+        let unnamed = Site { index: 1, count: 2, datacenter: None };
+        assert_eq!(in_this_site(name(), unnamed), "current-store:changed@site2");
+    }
+}

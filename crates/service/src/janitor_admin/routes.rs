@@ -101,12 +101,14 @@ pub(super) async fn step(
     };
     let holder = request.validate().map_err(|e| ApiError::bad_request(e.0))?;
     admin.lease(scope).check(&holder.to_string()).await?;
-    // Each scope, and dry runs, keep checkpoints of their own.
+    // Each scope, and dry runs, keep checkpoints of their own (routine runs
+    // one per site).
+    let site = admin.platform.store().site();
     let job = match (scope, request.dry_run) {
         (Scope::All, false) => task.name().to_owned(),
         (Scope::All, true) => format!("{task}:dry-run"),
-        (Scope::Changed, false) => format!("{task}:changed"),
-        (Scope::Changed, true) => format!("{task}:changed:dry-run"),
+        (Scope::Changed, false) => super::in_this_site(format!("{task}:changed"), site),
+        (Scope::Changed, true) => super::in_this_site(format!("{task}:changed:dry-run"), site),
     };
     let from = if request.restart { None } else { admin.checkpoints.load(&job).await? };
     let resumed = from.is_some();
