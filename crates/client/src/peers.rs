@@ -63,15 +63,16 @@ impl OldStoreClient {
         Ok(if answer.status == StatusCode::CREATED { Archived::Created } else { Archived::Unchanged })
     }
 
-    /// Hides a revision from every read.
-    pub async fn suppress(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
-        self.http.send(Method::POST, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
+    /// Hides a revision from every read; `at`: when current-store recorded
+    /// the suppression (milliseconds), which old-store records too.
+    pub async fn suppress(&self, domain: &str, title: &str, rev: u64, at: Option<i64>) -> Result<(), ClientError> {
+        self.http.send(Method::POST, &suppression_path(domain, title, rev, at), HeaderMap::new(), None).await?;
         Ok(())
     }
 
-    /// Lifts a revision's suppression.
-    pub async fn lift_suppression(&self, domain: &str, title: &str, rev: u64) -> Result<(), ClientError> {
-        self.http.send(Method::DELETE, &paths::archive_suppress(domain, title, rev), HeaderMap::new(), None).await?;
+    /// Lifts a revision's suppression; `at` as for [`Self::suppress`].
+    pub async fn lift_suppression(&self, domain: &str, title: &str, rev: u64, at: Option<i64>) -> Result<(), ClientError> {
+        self.http.send(Method::DELETE, &suppression_path(domain, title, rev, at), HeaderMap::new(), None).await?;
         Ok(())
     }
 
@@ -225,5 +226,14 @@ impl JanitorClient {
     pub async fn purge(&self) -> Result<PurgeReport, ClientError> {
         let answer = self.http.send(Method::POST, janitor::paths::PURGE, HeaderMap::new(), None).await?;
         self.decode(janitor::paths::PURGE, answer)
+    }
+}
+
+/// A revision's suppression route, with the change's time when given.
+fn suppression_path(domain: &str, title: &str, rev: u64, at: Option<i64>) -> String {
+    let path = paths::archive_suppress(domain, title, rev);
+    match at {
+        Some(at) => format!("{path}?at={at}"),
+        None => path,
     }
 }

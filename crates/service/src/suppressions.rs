@@ -89,10 +89,12 @@ pub struct Suppressions {
 }
 
 impl Suppressions {
-    /// Suppresses or lifts `rev` of the page; answers whether the revision
-    /// was hidden before. Idempotent: suppressing a hidden revision (or
-    /// lifting a visible one) writes nothing.
-    pub async fn change(&self, store: &Store, domain: &Domain, title: &Title, rev: RevId, change: Change) -> StoreResult<bool> {
+    /// Suppresses or lifts `rev` of the page; answers the time (milliseconds)
+    /// the table records for the change: the one written, or when the
+    /// revision already was so, the one it was made so at (`None`: a lift of
+    /// a revision never suppressed). Idempotent: suppressing a hidden
+    /// revision (or lifting a visible one) writes nothing.
+    pub async fn change(&self, store: &Store, domain: &Domain, title: &Title, rev: RevId, change: Change) -> StoreResult<Option<i64>> {
         let key = self.key(domain, title, rev);
         let row = store.get(self.table, key.to_vec(), Some(vec![col::SUPPRESSED_AT, col::LIFTED_AT])).await?;
         let (suppressed_at, lifted_at) = times(row.as_ref());
@@ -100,12 +102,26 @@ impl Suppressions {
         let (column, after) = match change {
             Change::Suppress if !hidden => (col::SUPPRESSED_AT, lifted_at),
             Change::Lift if hidden => (col::LIFTED_AT, suppressed_at),
-            _ => return Ok(hidden),
+            Change::Suppress => return Ok(suppressed_at),
+            Change::Lift => return Ok(lifted_at),
         };
         let now = revstore_keys::time::millis(store.now());
         let at = after.map_or(now, |after| now.max(after + 1));
         store.write(Upsert::new(self.table, key).set(column, Value::Timestamp(at)).timestamp(at * 1000)).await?;
-        Ok(hidden)
+        Ok(Some(at))
+    }
+
+    /// Records a change at the time another store recorded it (`at`,
+    /// milliseconds): old-store's rows then hold current-store's times, so
+    /// the two tables agree whatever order the changes arrive in and however
+    /// often one is sent again (the newest time of each column wins).
+    pub async fn record(&self, store: &Store, domain: &Domain, title: &Title, rev: RevId, change: Change, at: i64) -> StoreResult<()> {
+        let column = match change {
+            Change::Suppress => col::SUPPRESSED_AT,
+            Change::Lift => col::LIFTED_AT,
+        };
+        let key = self.key(domain, title, rev);
+        store.write(Upsert::new(self.table, key).set(column, Value::Timestamp(at)).timestamp(at.saturating_mul(1000))).await
     }
 
     /// Whether `rev` of the page is hidden.
@@ -155,9 +171,12 @@ impl Suppressions {
             let record = Upsert::new(self.table, page.iter().cloned()).set(col::DELETED_THROUGH_REV, through.as_i64());
             writes.push(record.timestamp(deletion_timestamp(through)).into());
         }
-        let mut hidden = Hidden { deleted_through, revisions: BTreeSet::new(), rows: rows.len(), writes: Vec::new() };
+        let mut hidden = Hidden { deleted_through, rows: rows.len(), ..Hidden::default() };
         for row in &rows {
             let Some(rev) = row.bigint(col::REV) else { continue };
+            if let Ok(id) = RevId::new(rev as u64) {
+                hidden.changes.push((id, row.timestamp(col::SUPPRESSED_AT), row.timestamp(col::LIFTED_AT)));
+            }
             let key: Vec<Value> = page.iter().cloned().chain([Value::from(rev)]).collect();
             for column in [col::SUPPRESSED_AT, col::LIFTED_AT] {
                 if let Some(at) = row.timestamp(column) {
@@ -188,12 +207,16 @@ pub struct Hidden {
     pub revisions: BTreeSet<RevId>,
     /// Its suppression rows, hidden or lifted.
     pub rows: usize,
+    /// Each row's revision and times (milliseconds): when it was last
+    /// suppressed and last lifted.
+    pub changes: Vec<(RevId, Option<i64>, Option<i64>)>,
     /// The table's own cells, at the timestamps they were read with.
     pub writes: Vec<Write>,
 }
 
 /// What a service writes again, in its own tables, to hide what a page's
 /// suppression partition says is hidden.
+#[async_trait]
 pub trait Hiding: Send + Sync + std::fmt::Debug + 'static {
     /// The service's suppression table.
     fn suppressions(&self) -> Suppressions;
@@ -203,6 +226,13 @@ pub trait Hiding: Send + Sync + std::fmt::Debug + 'static {
     /// timestamp of its own, so writing them again changes nothing anywhere
     /// that already has them.
     fn hiding_writes(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Vec<Write>;
+
+    /// Sends `hidden` on to a service that hides the same revisions (current-
+    /// store to old-store), once it is written here: the backstop for a
+    /// hand-off that never arrived. Idempotent; nothing by default.
+    async fn forward(&self, _domain: &Domain, _title: &Title, _hidden: &Hidden) -> Result<(), SweepError> {
+        Ok(())
+    }
 }
 
 /// The janitor's `hidden` task in a service: every partition of its
@@ -244,6 +274,7 @@ impl<H: Hiding> Sweep for HiddenSweep<H> {
             if !writes.is_empty() {
                 self.store.apply(writes).await?;
             }
+            self.hiding.forward(&domain, &title, &hidden).await?;
         }
         let next = scanned.next.map(|p| SweepPosition { after: Some(p), ..SweepPosition::default() });
         Ok(Stepped { report, next })

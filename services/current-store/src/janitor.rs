@@ -32,8 +32,8 @@ use revstore_schema::tables::current_store::{DOMAIN_PAGES, OUTBOX, OUTBOX_DEAD_L
 use revstore_service::janitor_admin::{
     AuditSweep, AuditedTable, ChangedPages, Entitlement, EveryPage, PageVisit, Sweep, SweepError, stored_page,
 };
-use revstore_service::suppressions::HiddenSweep;
-use revstore_storage::{Delete, ReadQuery, Row, ScannedPartition, Slice, Store, Value, row_bytes};
+use revstore_service::suppressions::{Hidden, HiddenSweep, Hiding, Suppressions};
+use revstore_storage::{Delete, ReadQuery, Row, ScannedPartition, Slice, Store, Value, Write, row_bytes};
 
 use crate::pages::{Held, Pages, held};
 use crate::render::decode_part;
@@ -66,7 +66,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Dur
     let journal = crate::pages::journal(&store);
     let retention = Arc::new(Retention { pages: pages.clone() });
     let mut sweeps: Vec<Arc<dyn Sweep>> = vec![
-        Arc::new(HiddenSweep::new(store.clone(), Arc::new(pages.clone()))),
+        Arc::new(HiddenSweep::new(store.clone(), Arc::new(HiddenHereAndInOldStore { pages: pages.clone(), old_store: old_store.clone() }))),
         Arc::new(EveryPage::new(store.clone(), retention.clone())),
         Arc::new(ChangedPages::new(&journal, retention, late_margin)),
         Arc::new(audit.from_nodes()),
@@ -78,6 +78,47 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Dur
         sweeps.push(Arc::new(ChangedPages::new(&journal, check, late_margin)));
     }
     sweeps
+}
+
+/// current-store's `hidden` task: what a page's suppression partition says
+/// is hidden, written back here, then sent on to old-store with the times
+/// current-store recorded (each suppression and lift, the deletion): the
+/// backstop for a hand-off that never arrived (an outbox row lost, or
+/// later than the delivery reads). Idempotent in old-store too: it records
+/// the same times, and the newest of each wins.
+#[derive(Debug)]
+struct HiddenHereAndInOldStore {
+    pages: Pages,
+    old_store: Option<OldStoreClient>,
+}
+
+#[async_trait]
+impl Hiding for HiddenHereAndInOldStore {
+    fn suppressions(&self) -> Suppressions {
+        self.pages.suppressions()
+    }
+
+    fn hiding_writes(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Vec<Write> {
+        self.pages.hiding_writes(domain, title, hidden)
+    }
+
+    async fn forward(&self, domain: &Domain, title: &Title, hidden: &Hidden) -> Result<(), SweepError> {
+        let Some(old_store) = &self.old_store else { return Ok(()) };
+        let failed = |e: revstore_client::ClientError| SweepError::Dependency { service: "old-store", cause: e.to_string() };
+        let (d, t) = (domain.as_str(), title.as_str());
+        if let Some(through) = hidden.deleted_through {
+            old_store.delete_page(d, t, through.get()).await.map_err(failed)?;
+        }
+        for &(rev, suppressed_at, lifted_at) in &hidden.changes {
+            if let Some(at) = suppressed_at {
+                old_store.suppress(d, t, rev.get(), Some(at)).await.map_err(failed)?;
+            }
+            if let Some(at) = lifted_at {
+                old_store.lift_suppression(d, t, rev.get(), Some(at)).await.map_err(failed)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Range-deletes the renders superseded for longer than the grace period.

@@ -949,6 +949,26 @@ fn copy_columns(mut upsert: Upsert, row: &Row) -> Upsert {
     upsert
 }
 
+/// A suppression's or lift's payload: when current-store recorded it, which
+/// old-store records too.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ChangeTime {
+    /// Milliseconds since the epoch.
+    at: i64,
+}
+
+/// The payload of a suppression's or lift's row (nothing without a time).
+pub(crate) fn change_payload(at: Option<i64>) -> Vec<u8> {
+    let Some(at) = at else { return Vec::new() };
+    let json = serde_json::to_vec(&ChangeTime { at }).unwrap_or_default();
+    revstore_codecs::Envelope::default().encode(&json, revstore_codecs::Compression::None)
+}
+
+/// The time a suppression's or lift's (decoded) payload carries.
+fn change_time(payload: &[u8]) -> Option<i64> {
+    serde_json::from_slice::<ChangeTime>(payload).ok().map(|c| c.at)
+}
+
 /// Sends one row; `Ok(false)` when nothing is configured to receive it.
 async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
     let (Some(kind), Some(domain), Some(title), Some(rev)) =
@@ -977,11 +997,11 @@ async fn send(receivers: &Receivers, row: &Row) -> Result<bool, Failure> {
         }
         "suppress" => {
             let Some(old_store) = &receivers.old_store else { return Ok(false) };
-            old_store.suppress(domain, title, rev).await.map_err(Failure::of)?;
+            old_store.suppress(domain, title, rev, change_time(&payload)).await.map_err(Failure::of)?;
         }
         "lift" => {
             let Some(old_store) = &receivers.old_store else { return Ok(false) };
-            old_store.lift_suppression(domain, title, rev).await.map_err(Failure::of)?;
+            old_store.lift_suppression(domain, title, rev, change_time(&payload)).await.map_err(Failure::of)?;
         }
         "delete" => {
             let Some(old_store) = &receivers.old_store else { return Ok(false) };

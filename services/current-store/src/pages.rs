@@ -649,7 +649,7 @@ impl Pages {
     /// a tombstone that covers every tid.
     pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
         self.store.write(suppression_flag(key(domain, title))).await?;
-        SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Suppress).await?;
+        let at = SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Suppress).await?;
         let of_rev = self.all_held(domain, title, Slice::prefix([Value::from(rev.as_i64())])).await?;
         let mut writes: Vec<Write> = of_rev
             .iter()
@@ -660,7 +660,7 @@ impl Pages {
             .collect();
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
-            writes.push(self.outbox("suppress", domain, title, id, Vec::new()).into());
+            writes.push(self.outbox("suppress", domain, title, id, crate::outbox::change_payload(at)).into());
         }
         for chunk in writes.chunks(SUPPRESSION_WRITES) {
             self.store.apply_in_stages(vec![chunk.to_vec()]).await?;
@@ -674,10 +674,10 @@ impl Pages {
     /// suppression removed are gone from current-store. Lifting a visible
     /// revision changes nothing.
     pub async fn lift_suppression(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), PagesError> {
-        SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Lift).await?;
+        let at = SUPPRESSIONS.change(&self.store, domain, title, rev, Change::Lift).await?;
         if self.hand_off {
             let id = RenderId { rev, tid: Tid::now() };
-            self.store.write(self.outbox("lift", domain, title, id, Vec::new())).await?;
+            self.store.write(self.outbox("lift", domain, title, id, crate::outbox::change_payload(at))).await?;
         }
         Ok(())
     }

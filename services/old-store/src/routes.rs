@@ -14,6 +14,7 @@ use axum::routing::{delete, get, post};
 use futures_util::{StreamExt, TryStreamExt};
 use revstore_keys::{Domain, RevId, Tid, Title, TitleRules, parse_page};
 use revstore_service::problem::Problem;
+use revstore_service::suppressions::Change;
 use revstore_service::{Access, ApiError, Platform, Routes, WriteAccess};
 use utoipa::OpenApi;
 
@@ -316,34 +317,74 @@ async fn dump_history(
     Ok(revstore_service::dump::ndjson_answer("old-store", dump.lines(state.archive.clone(), state.dumps.clone()).await?))
 }
 
+/// The query of a suppression or its lift.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+struct SuppressionQuery {
+    /// When current-store recorded the change (milliseconds since the
+    /// epoch): old-store records the same time, so both stores agree
+    /// whatever order changes arrive in and however often one is sent again
+    /// (the latest suppression and the latest lift are compared, as in
+    /// current-store). Without it, old-store's own clock.
+    at: Option<String>,
+}
+
+/// A change's time from its query: milliseconds since the epoch, not later
+/// than [`LATEST_CHANGE_AHEAD`] past this store's clock (a time far ahead
+/// would outrank every later change).
+fn change_time(
+    state: &AppState,
+    query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Option<i64>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Some(at) = query.at else { return Ok(None) };
+    let latest = revstore_keys::time::millis(state.archive.store().now() + LATEST_CHANGE_AHEAD);
+    match at.parse::<i64>() {
+        Ok(at) if (1..=latest).contains(&at) => Ok(Some(at)),
+        _ => Err(ApiError::bad_request(format!(
+            "at {:?} is not a time in milliseconds since the epoch, at most {} s ahead of this store's clock",
+            at.chars().take(32).collect::<String>(),
+            LATEST_CHANGE_AHEAD.as_secs()
+        ))),
+    }
+}
+
+/// How far ahead of old-store's clock a forwarded change's time may be
+/// (current-store records a lift at least a millisecond after the
+/// suppression it lifts, so its times can run a little ahead of any clock).
+const LATEST_CHANGE_AHEAD: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Hide a revision: never served again (forwarded by current-store's suppression).
 #[utoipa::path(post, path = "/{domain}/v1/archive/{title}/{rev}/suppress",
-    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path), SuppressionQuery),
     responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem)),
     security(("bearer" = [])))]
 async fn suppress_revision(
     _: WriteAccess,
     State(state): State<AppState>,
     Path((domain, title, rev)): Path<(String, String, String)>,
+    query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
-    state.archive.suppress(&domain, &title, RevId::parse(&rev)?).await?;
+    let (rev, at) = (RevId::parse(&rev)?, change_time(&state, query)?);
+    state.archive.change_suppression(&domain, &title, rev, Change::Suppress, at).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Lift a revision's suppression: it is served again (forwarded by
 /// current-store's lift). Suppressing it again hides it again.
 #[utoipa::path(delete, path = "/{domain}/v1/archive/{title}/{rev}/suppress",
-    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path)),
+    params(("domain" = String, Path), ("title" = String, Path), ("rev" = u64, Path), SuppressionQuery),
     responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem)),
     security(("bearer" = [])))]
 async fn lift_suppression(
     _: WriteAccess,
     State(state): State<AppState>,
     Path((domain, title, rev)): Path<(String, String, String)>,
+    query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let (domain, title) = parse_page(&domain, &title, state.titles)?;
-    state.archive.lift_suppression(&domain, &title, RevId::parse(&rev)?).await?;
+    let (rev, at) = (RevId::parse(&rev)?, change_time(&state, query)?);
+    state.archive.change_suppression(&domain, &title, rev, Change::Lift, at).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

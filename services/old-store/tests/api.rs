@@ -239,6 +239,41 @@ async fn a_suppressed_revision_is_never_served(engine: Engine) {
     problem(get(&s, "html/Hidden/2").await, 404).await;
 }
 
+/// Suppressions and lifts forwarded with the time current-store recorded
+/// them (`?at=`): old-store holds the same times, so the latest change wins
+/// whatever order they arrive in and however often one is sent again; a
+/// time that is not one (or far ahead of the clock) is refused and changes
+/// nothing.
+async fn changes_forwarded_with_their_times_agree_whatever_their_order(engine: Engine) {
+    let s = start_on(engine, |_| {}).await;
+    let html = revstore_testdata::anarchism_html();
+    for i in 0..2u64 {
+        assert_eq!(put(&s, "Timed", 1 + i, Tid::now(), &json!({ "html": html[i as usize] })).await.status(), 201);
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after the epoch").as_millis() as i64;
+    let t = now - 10_000;
+    let change = |method: reqwest::Method, at: String| {
+        client().request(method, s.url(&format!("{ARCHIVE}/Timed/2/suppress?at={at}"))).bearer_auth(TOKEN).send()
+    };
+    let served = || async { get(&s, "html/Timed/2").await.status().as_u16() };
+    // A lift that arrives before the suppression it came after.
+    assert_eq!(change(reqwest::Method::DELETE, (t + 2).to_string()).await.expect("send").status(), 204);
+    assert_eq!(change(reqwest::Method::POST, (t + 1).to_string()).await.expect("send").status(), 204);
+    assert_eq!(served().await, 200, "the lift is the later change");
+    assert_eq!(change(reqwest::Method::POST, (t + 3).to_string()).await.expect("send").status(), 204);
+    assert_eq!(served().await, 404, "suppressed again after the lift");
+    assert_eq!(change(reqwest::Method::DELETE, (t + 2).to_string()).await.expect("send").status(), 204);
+    assert_eq!(served().await, 404, "the earlier lift sent again changes nothing");
+    let far_ahead = (now + 2 * 3_600_000).to_string();
+    for at in ["0", "-5", "soon", "99999999999999999999", far_ahead.as_str()] {
+        problem(change(reqwest::Method::DELETE, at.to_owned()).await.expect("send"), 400).await;
+        assert_eq!(served().await, 404, "a lift at {at:?} is refused and changes nothing");
+    }
+    assert_eq!(change(reqwest::Method::DELETE, (t + 4).to_string()).await.expect("send").status(), 204);
+    assert_eq!(served().await, 200, "the latest change, a lift");
+    assert_eq!(get(&s, "html/Timed/1").await.status(), 200);
+}
+
 async fn a_deleted_page_is_never_served_and_a_re_created_one_is(engine: Engine) {
     let s = start_on(engine, |_| {}).await;
     let html = revstore_testdata::anarchism_html();
@@ -321,6 +356,7 @@ revstore_test_service::on_both_engines!(
     one_render_per_interval_when_so_configured,
     bad_input_is_refused_and_writes_nothing,
     a_suppressed_revision_is_never_served,
+    changes_forwarded_with_their_times_agree_whatever_their_order,
     a_deleted_page_is_never_served_and_a_re_created_one_is,
     the_openapi_document_covers_the_contract,
 );

@@ -219,15 +219,26 @@ impl Archive {
         queue.schedule_settle(place.key, self.inner.seal_level);
     }
 
-    /// Hides a revision from every read (current-store's suppression, forwarded).
-    pub async fn suppress(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
-        super::SUPPRESSIONS.change(&self.inner.store, domain, title, rev, Change::Suppress).await?;
-        Ok(())
-    }
-
-    /// Lifts a revision's suppression: it is served again.
-    pub async fn lift_suppression(&self, domain: &Domain, title: &Title, rev: RevId) -> Result<(), ArchiveError> {
-        super::SUPPRESSIONS.change(&self.inner.store, domain, title, rev, Change::Lift).await?;
+    /// Hides a revision from every read (current-store's suppression,
+    /// forwarded), or lifts its suppression (`Change::Lift`): at `at`
+    /// (milliseconds), the time current-store recorded the change, when
+    /// given, so that both stores hold the same times whatever order the
+    /// changes arrive in; by this store's clock otherwise.
+    pub async fn change_suppression(
+        &self,
+        domain: &Domain,
+        title: &Title,
+        rev: RevId,
+        change: Change,
+        at: Option<i64>,
+    ) -> Result<(), ArchiveError> {
+        let store = &self.inner.store;
+        match at {
+            Some(at) => super::SUPPRESSIONS.record(store, domain, title, rev, change, at).await?,
+            None => {
+                super::SUPPRESSIONS.change(store, domain, title, rev, change).await?;
+            }
+        }
         Ok(())
     }
 
