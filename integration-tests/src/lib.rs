@@ -15,6 +15,7 @@ pub mod clock_shift;
 pub mod contract;
 pub mod history_check;
 pub mod linearizable;
+pub mod soak_targets;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
