@@ -181,10 +181,12 @@ pub fn judge_latency(verdicts: &mut Verdicts, operation: &str, days: &[Vec<Durat
         return;
     }
     let points: Vec<(f64, f64)> = pooled_daily_p99s(days).into_iter().filter(|(_, p99)| p99.is_finite()).collect();
-    let Some(line) = fitted_growth(&points, 0.0, (days.len() - 1) as f64) else {
+    if points.len() < 3 {
         verdicts.not_judged(&target, format!("{} pooled daily p99s; a line needs three", points.len()));
         return;
-    };
+    }
+    // A line at or below zero on the first day rises from nothing: unbounded growth.
+    let line = fitted_growth(&points, 0.0, (days.len() - 1) as f64).unwrap_or(f64::INFINITY);
     let (from, to) = (p99_ms(&baseline), p99_ms(&last));
     let windows = to / from;
     verdicts.judge(
@@ -248,6 +250,15 @@ mod tests {
         let mut verdicts = Verdicts::new(9);
         judge_latency(&mut verdicts, "reads", &days_of(&[5, 20, 20, 20, 12, 14, 16, 19, 20], 200));
         assert!(!verdicts.passed(), "{}", verdicts.report());
+    }
+
+    #[test]
+    fn a_last_day_that_stalls_misses_the_target_whatever_the_line_starts_at() {
+        // One stalled day tilts the line below zero on the first: growth without bound.
+        let mut verdicts = Verdicts::new(7);
+        judge_latency(&mut verdicts, "writes", &days_of(&[14, 14, 12, 15, 13, 11, 670], 200));
+        assert!(!verdicts.passed(), "{}", verdicts.report());
+        assert!(verdicts.report().contains("NOT MET"), "{}", verdicts.report());
     }
 
     #[test]
