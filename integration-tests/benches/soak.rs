@@ -805,6 +805,10 @@ async fn main() {
             // folds back is what was deleted since the last; unscaled, one purge
             // a simulated fortnight stalls every write behind days of deletes.
             ("REVSTORE_PURGE_INTERVAL_SECS".into(), scaled(PURGE_INTERVAL_SECS, 1.0).to_string()),
+            // Old-store's sweep of its compaction debt (every five minutes):
+            // unscaled, a sweep a simulated day and a half re-queues what the
+            // farm appended since, in one burst.
+            ("REVSTORE_DEBT_SWEEP_SECS".into(), scaled(DEBT_SWEEP_SECS, 1.0).to_string()),
         ],
         ..Options::default()
     };
@@ -1462,6 +1466,8 @@ const HAND_OFF_CHECK_WAIT_SECS: f64 = 300.0;
 const GRAPH_CHANGE_RETENTION_DAYS: f64 = 3.0;
 /// The embedded engine's purge interval in production (`REVSTORE_PURGE_INTERVAL_SECS`).
 const PURGE_INTERVAL_SECS: f64 = 600.0;
+/// Old-store's debt sweep interval in production (`REVSTORE_DEBT_SWEEP_SECS`).
+const DEBT_SWEEP_SECS: f64 = 300.0;
 /// The janitor summary's name for that task, as `per_task` keys it.
 const CHANGE_RETENTION_TASK: &str = "dependency-graph retention";
 
