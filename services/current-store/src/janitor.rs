@@ -42,17 +42,14 @@ use crate::render::decode_part;
 /// request at a time).
 const ROWS_PER_PAGE: u32 = 256;
 
-/// Revisions whose newest render is younger than this are left to the outbox
-/// (it delivers within seconds; sending them again would only be a repeat).
-const HAND_OFF_MARGIN: Duration = Duration::from_secs(300);
-
 /// Archived revisions listed per call to old-store.
 const ARCHIVE_LIST_PAGE: u32 = 1000;
 
 /// The sweeps current-store offers the janitor.
-/// `late_margin`: how late a journal row may land (the clock skew allowed
-/// and a storage write's timeout).
-pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Duration) -> Vec<Arc<dyn Sweep>> {
+/// `hand_off_wait`: how long after a revision's newest render the hand-off
+/// check leaves it to the outbox. `late_margin`: how late a journal row may
+/// land (the clock skew allowed and a storage write's timeout).
+pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, hand_off_wait: Duration, late_margin: Duration) -> Vec<Arc<dyn Sweep>> {
     let store = pages.store.clone();
     let audited = vec![
         AuditedTable { table: &PAGE_RENDERS, entitlement: Some(Arc::new(OwedRenders { pages: pages.clone() })), scanned: true },
@@ -73,7 +70,7 @@ pub fn sweeps(pages: &Pages, old_store: Option<OldStoreClient>, late_margin: Dur
         Arc::new(audit),
     ];
     if let Some(old_store) = old_store {
-        let check = Arc::new(HandOffCheck { pages: pages.clone(), old_store });
+        let check = Arc::new(HandOffCheck { pages: pages.clone(), old_store, wait: hand_off_wait });
         sweeps.push(Arc::new(EveryPage::new(store, check.clone())));
         sweeps.push(Arc::new(ChangedPages::new(&journal, check, late_margin)));
     }
@@ -265,6 +262,8 @@ impl Entitlement for OwedRenders {
 struct HandOffCheck {
     pages: Pages,
     old_store: OldStoreClient,
+    /// `--hand-off-check-after`: a revision is left to the outbox this long.
+    wait: Duration,
 }
 
 #[async_trait]
@@ -278,7 +277,7 @@ impl PageVisit for HandOffCheck {
     }
 
     fn due_after(&self) -> Duration {
-        HAND_OFF_MARGIN
+        self.wait
     }
 
     async fn visit(&self, page: &[Value], dry_run: bool, report: &mut StepReport) -> Result<(), SweepError> {
@@ -307,7 +306,7 @@ impl PageVisit for HandOffCheck {
 }
 
 impl HandOffCheck {
-    /// The revisions held for a title, older than the hand-off margin, not
+    /// The revisions held for a title, older than the hand-off wait, not
     /// suppressed, ascending.
     async fn held_revisions(&self, domain: &Domain, title: &Title) -> Result<Vec<RevId>, SweepError> {
         let store = &self.pages.store;
@@ -318,7 +317,7 @@ impl HandOffCheck {
         }
         let settled_before = store
             .now()
-            .checked_sub(HAND_OFF_MARGIN)
+            .checked_sub(self.wait)
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_micros() as i64);
         let mut held = Vec::new();

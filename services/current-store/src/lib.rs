@@ -55,6 +55,12 @@ pub struct Settings {
     #[arg(long = "clock-skew", env = "REVSTORE_CLOCK_SKEW", default_value = "300", value_parser = seconds(..))]
     pub clock_skew: Duration,
 
+    /// Seconds the janitor's hand-off check leaves a revision to the outbox
+    /// after its newest render (the outbox delivers within seconds; sending it
+    /// to old-store sooner would only be a repeat).
+    #[arg(long = "hand-off-check-after", env = "REVSTORE_HAND_OFF_CHECK_AFTER", default_value = "300", value_parser = seconds(1..))]
+    pub hand_off_check_after: Duration,
+
     /// old-store's base URL: revisions not held here are read from it, and the
     /// first render of each revision is handed to it.
     #[arg(long, env = "REVSTORE_OLD_STORE_URL")]
@@ -148,7 +154,7 @@ impl ServiceDefinition for CurrentStore {
         if old_store.is_none() {
             tracing::warn!(service = "current-store", "no --old-store-url: revisions are not handed to old-store");
         }
-        let sweeps = janitor::sweeps(&pages, old_store.clone(), outbox_margin);
+        let sweeps = janitor::sweeps(&pages, old_store.clone(), args.hand_off_check_after, outbox_margin);
         let dumps = std::sync::Arc::new(revstore_service::dump::DumpPacer::new(args.dump_pages_per_second));
         let state = routes::AppState { platform: platform.clone(), pages, titles, old_store, dumps };
         Ok(Service::with_sweeps(platform, routes::routes(state), sweeps))

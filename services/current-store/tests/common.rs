@@ -60,7 +60,7 @@ pub fn pages_keeping(store: Store, grace: Duration) -> Pages {
 
 /// The janitor's retention sweep over every page, to the end.
 pub async fn run_retention(pages: &Pages) {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::from_secs(300), Duration::ZERO);
     let retention = sweeps
         .iter()
         .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)

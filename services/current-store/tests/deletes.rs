@@ -166,7 +166,7 @@ async fn a_rev_and_tid_name_one_body(store: Store) {
 
 /// Runs the janitor's `hidden` task in current-store to its end.
 async fn hidden_task(pages: &revstore_current_store::Pages) {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::from_secs(60));
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::from_secs(300), Duration::from_secs(60));
     let hidden = sweeps.iter().find(|s| s.task() == Task::Hidden).expect("current-store offers the hidden task");
     let mut from = SweepPosition::default();
     loop {

@@ -49,7 +49,7 @@ async fn rows_held(f: &Fixture, title: &Title) -> usize {
 }
 
 async fn run_retention(pages: &Pages) -> u64 {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::from_secs(300), Duration::ZERO);
     let retention = sweeps
         .iter()
         .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::All)
@@ -105,7 +105,7 @@ async fn a_hot_page_is_trimmed_by_the_sweep_to_what_is_owed() {
 /// A routine (changed-scope) retention sweep to its end: (partitions it
 /// visited — journal partitions read and pages — and renders removed).
 async fn run_changed_retention(pages: &Pages) -> (u64, u64) {
-    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::ZERO);
+    let sweeps = revstore_current_store::janitor::sweeps(pages, None, Duration::from_secs(300), Duration::ZERO);
     let retention = sweeps
         .iter()
         .find(|s| s.task() == revstore_api::janitor::Task::Retention && s.scope() == revstore_api::janitor::Scope::Changed)
