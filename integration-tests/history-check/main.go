@@ -7,8 +7,8 @@
 // revision is above the fence and not suppressed; a read of the latest
 // returns the highest visible version, a read by revision the highest
 // visible version of that revision, a read by tid that version if visible.
-// A deletion is through the revision named or the newest held, whichever is
-// newer; a suppression removes the revision's renders (a lift hides them no
+// A deletion is through the revision it names (a fence never moves back);
+// one that names none is through the newest held; a suppression removes the revision's renders (a lift hides them no
 // longer, but they are gone: reads of them fall back to old-store, which the
 // model does not follow, so histories do not read a lifted revision's
 // renders by tid).
@@ -183,12 +183,14 @@ func step(s state, in Input, out Output) []state {
 		var next state
 		switch in.Kind {
 		case "delete":
-			// Through the revision named, or the newest held, whichever
-			// is newer (as current-store deletes).
+			// Through the revision named; without one, through the newest
+			// held (as current-store deletes). A fence never moves back.
 			next = state{s.stored, s.fence, s.suppressed}
-			for _, v := range s.stored {
-				if v.Rev > next.fence {
-					next.fence = v.Rev
+			if in.Rev == 0 {
+				for _, v := range s.stored {
+					if v.Rev > next.fence {
+						next.fence = v.Rev
+					}
 				}
 			}
 			if in.Rev > next.fence {

@@ -49,6 +49,28 @@ fn the_checker_finds_the_arrivals_the_build_before_the_fix_answered_violated() {
     }
 }
 
+/// `fixtures/deletion-beside-a-newer-render.json`, from a run of the sites
+/// stage: a deletion through revision 4 sent while revision 5's render was
+/// in flight, then a render job of revision 1 retried and acknowledged
+/// (stored before the deletion's fence landed), then the latest read:
+/// revision 5. A deletion is through the revision it names: revision 5 is a
+/// re-creation and stays. (When a deletion also took the newest revision
+/// held, read before its fence was written, no order of these answers
+/// existed: revision 5 was stored before the retry was sent, and the
+/// deletion took neither.)
+#[test]
+fn a_deletion_is_through_the_revision_it_names_whatever_is_written_beside_it() {
+    let history: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("deletion-beside-a-newer-render.json")).expect("the fixture")).expect("JSON");
+    assert_eq!(history_check::check_json(&history, None), Verdict::Linearizable);
+    // Had the latest read found nothing, revision 5's 201 would not be readable.
+    let mut lost = history.clone();
+    let read = lost["operations"].as_array_mut().and_then(|ops| ops.last_mut()).expect("the read");
+    assert_eq!(read["input"]["kind"], "read_latest");
+    read["output"] = json!({"status": "read"});
+    assert!(matches!(history_check::check_json(&lost, None), Verdict::Violated { .. }), "a deleted re-creation passed");
+}
+
 /// A client's view of today's build: each request and its answer, as the checker takes them.
 struct Recorder<'a> {
     system: &'a System,

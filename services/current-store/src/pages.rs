@@ -599,22 +599,37 @@ impl Pages {
     }
 
     /// Deletes the page through revision `through` (the page's newest
-    /// revision as the wiki knows it) or, without it or when it is older,
-    /// through the newest revision held here: the page's fence
-    /// (`deleted_through_rev`, a static cell), a range delete of its renders
-    /// and the removal of its dump index row, all at [`fence_timestamp`] —
-    /// later than any write of those revisions will carry, so that no
-    /// retried, late or replayed write of them comes back, and earlier than
-    /// the fence of a later deletion. Writes of those revisions are refused
-    /// from then on and reads pass them, old-store's fallback included; the
-    /// render of a newer revision (the page re-created) is served. Answers
-    /// the revision the page is deleted through (`None`: nothing was known
-    /// of it, and only the index row was removed).
+    /// revision as the wiki knows it) or, without it, through the newest
+    /// revision held here: the page's fence (`deleted_through_rev`, a static
+    /// cell), a range delete of its renders and the removal of its dump index
+    /// row, all at [`fence_timestamp`] — later than any write of those
+    /// revisions will carry, so that no retried, late or replayed write of
+    /// them comes back, and earlier than the fence of a later deletion (a
+    /// deletion through an older revision than the fence changes nothing).
+    /// Writes of those revisions are refused from then on and reads pass
+    /// them, old-store's fallback included; the render of a newer revision
+    /// (the page re-created) is served. Answers the revision the page is
+    /// deleted through (`None`: nothing was known of it, and only the index
+    /// row was removed).
+    ///
+    /// A deletion that names its revision is one write, read nothing first,
+    /// and reaches no further: a render of a newer revision — the page
+    /// re-created while the deletion was in flight, or before a retried
+    /// deletion job arrived — stays served. Through "the newest held", a
+    /// deletion would read the page and then write its fence, and a render
+    /// stored between the two would be neither deleted nor after the
+    /// deletion.
     pub async fn delete(&self, domain: &Domain, title: &Title, through: Option<RevId>) -> Result<Option<RevId>, PagesError> {
-        let (newest_held, deleted_through) = self.newest_held_rev(domain, title).await?;
-        let Some(through) = through.max(newest_held).max(deleted_through) else {
-            self.store.write(PAGE_INDEX.delete(domain, title, self.store.now_micros())).await?;
-            return Ok(None);
+        let through = match through {
+            Some(named) => named,
+            None => {
+                let (newest_held, deleted_through) = self.newest_held_rev(domain, title).await?;
+                let Some(through) = newest_held.max(deleted_through) else {
+                    self.store.write(PAGE_INDEX.delete(domain, title, self.store.now_micros())).await?;
+                    return Ok(None);
+                };
+                through
+            }
         };
         let mut writes = deletion_writes(domain, title, through);
         writes.push(SUPPRESSIONS.deletion_record(domain, title, through));

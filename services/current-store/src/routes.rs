@@ -391,11 +391,12 @@ struct DeleteQuery {
     rev: Option<String>,
 }
 
-/// Delete the page through its newest revision (the one given as `rev`, or
-/// the newest held here): none of those revisions is served again, by any
-/// route or through old-store, and their renders are refused (409) from
-/// then on, whenever they arrive. The render of a newer revision re-creates
-/// the page.
+/// Delete the page through its newest revision (the one given as `rev`, or,
+/// without it, the newest held here): none of those revisions is served
+/// again, by any route or through old-store, and their renders are refused
+/// (409) from then on, whenever they arrive. The render of a newer revision
+/// re-creates the page, also one written while the deletion was in flight or
+/// before a retried deletion arrived.
 #[utoipa::path(delete, path = "/{domain}/v1/page/{title}",
     params(("domain" = String, Path), ("title" = String, Path), DeleteQuery),
     responses((status = 204), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),

@@ -134,13 +134,26 @@ async fn no_deleted_render_is_served_and_every_201_stays_readable(store: Store, 
     let late = Page::new(store.clone(), "Deleted before its newest render came");
     late.put(late.id(4, late.now()), "<p>four</p>").await.expect("stored");
     assert_eq!(late.delete(Some(6)).await, Some(6));
-    assert_eq!(late.delete(Some(5)).await, Some(6), "a deletion through an older revision narrowed the fence");
+    assert_eq!(late.delete(Some(5)).await, Some(5), "a deletion through an older revision is through it");
     assert!(refused(late.put(late.id(5, late.now()), "<p>five</p>").await, Refusal::PageDeleted));
-    assert!(refused(late.put(late.id(6, late.now()), "<p>six</p>").await, Refusal::PageDeleted));
+    assert!(refused(late.put(late.id(6, late.now()), "<p>six</p>").await, Refusal::PageDeleted), "the older deletion narrowed the fence");
     assert_eq!(late.latest().await, None);
     let seven = late.id(7, late.now());
     late.put(seven, "<p>seven</p>").await.expect("stored");
     assert_eq!(late.latest().await, Some(seven));
+
+    // A deletion job retried after the page was re-created (or in flight
+    // while it was): it is through the revision it names, and the
+    // re-creation stays served.
+    let retried = Page::new(store.clone(), "Re-created before a deletion's retry");
+    retried.put(retried.id(2, retried.now()), "<p>two</p>").await.expect("stored");
+    assert_eq!(retried.delete(Some(2)).await, Some(2));
+    let three = retried.id(3, retried.now());
+    retried.put(three, "<p>three</p>").await.expect("a re-creation is stored");
+    assert_eq!(retried.delete(Some(2)).await, Some(2), "the retried deletion");
+    assert_eq!(retried.latest().await, Some(three), "a retried deletion took the re-created page");
+    assert_eq!(retried.html_of(three).await.as_deref(), Some("<p>three</p>"), "the re-creation's 201 is not readable");
+    assert!(retried.hides(2).await && !retried.hides(3).await);
 
     // A page current-store holds nothing of: nothing to fence, nothing fails.
     let never = Page::new(store.clone(), "Never rendered");
