@@ -40,8 +40,10 @@
 //! suppressions; latest reads, old-revision reads, listings (a page's
 //! archived revisions, a page of a template's dependents as change
 //! propagation walks them) and a dump of a domain once
-//! a simulated day; and 60 times a simulated day, a probe listing a full
-//! page of the largest domain's most used templates' dependents. The farm exists before day 1: before the clock starts,
+//! a simulated day; and 150 times a simulated day, probes listing a full
+//! page of the largest domain's most used templates' dependents and one of
+//! the page in the news's archived revisions (a day's p99 of each from its
+//! own day's answers). The farm exists before day 1: before the clock starts,
 //! every page is rendered once with its templates declared, the hand-offs
 //! are delivered, and the janitor's routine run has been over it (a store
 //! that starts empty is at its fastest on day 1, templates gathering
@@ -148,8 +150,9 @@ const MEDIUM: (usize, u64) = (5, 30_000);
 const SMALL: usize = 400;
 /// Items a listing asks for (a template's dependents, a page's archived revisions).
 const LISTING_PAGE: usize = 50;
-/// Full-page listings probed a simulated day, beside the load's.
-const LISTING_PROBES: u64 = 60;
+/// Full-page listings probed a simulated day, beside the load's: enough
+/// for a day's p99 (at least 100 answers) without pooling days.
+const LISTING_PROBES: u64 = 150;
 /// The page in the news: edited every 1-2 simulated minutes all run (its
 /// real rate, not scaled down with the farm's load), read after each edit.
 const NEWS_PAGE: &str = "Soak_page_in_the_news";

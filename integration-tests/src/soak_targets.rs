@@ -189,12 +189,14 @@ pub fn judge_latency(verdicts: &mut Verdicts, operation: &str, days: &[Vec<Durat
     let line = fitted_growth(&points, 0.0, (days.len() - 1) as f64).unwrap_or(f64::INFINITY);
     let (from, to) = (p99_ms(&baseline), p99_ms(&last));
     let windows = to / from;
+    let series: Vec<String> = points.iter().map(|(_, p99)| format!("{p99:.1}")).collect();
     verdicts.judge(
         &target,
         format!(
-            "days 2-4 {from:.1} ms ({} samples), last three {to:.1} ms ({}): {windows:.2}; fitted line, day {} over day 1, {line:.2}",
+            "days 2-4 {from:.1} ms ({} samples), last three {to:.1} ms ({}): {windows:.2}; fitted line through the p99s {} ms, day {} over day 1, {line:.2}",
             baseline.len(),
             last.len(),
+            series.join(", "),
             days.len()
         ),
         windows <= GROWTH_ALLOWED && line <= GROWTH_ALLOWED,
