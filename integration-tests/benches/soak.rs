@@ -817,6 +817,10 @@ async fn main() {
             // five minutes: unscaled, that is days of simulated time, and the
             // check of a day's revisions fell after the run.
             ("REVSTORE_HAND_OFF_CHECK_AFTER".into(), hand_off_check_after.to_string()),
+            // The outbox deletes a delivered minute ten minutes after it has
+            // passed it: unscaled, a week of 30 s days ends before any of its
+            // minutes is deleted, and the closed window keeps them all.
+            ("REVSTORE_OUTBOX_SETTLE".into(), scaled(OUTBOX_SETTLE_SECS, OUTBOX_SETTLE_FLOOR_SECS).to_string()),
         ],
         ..Options::default()
     };
@@ -1459,6 +1463,12 @@ fn print_day(t: &Timeline) {
     );
 }
 
+/// The outbox's settle in production (`REVSTORE_OUTBOX_SETTLE`).
+const OUTBOX_SETTLE_SECS: f64 = 600.0;
+/// The least the soak scales it to: above the outbox's margin (the clock
+/// skew allowed, scaled, and a storage write's timeout), within which rows
+/// arrive late.
+const OUTBOX_SETTLE_FLOOR_SECS: f64 = 15.0;
 /// How long current-store's hand-off check leaves a revision to the outbox
 /// in production (`REVSTORE_HAND_OFF_CHECK_AFTER`).
 const HAND_OFF_CHECK_AFTER_SECS: f64 = 300.0;

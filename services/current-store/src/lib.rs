@@ -61,6 +61,11 @@ pub struct Settings {
     #[arg(long = "hand-off-check-after", env = "REVSTORE_HAND_OFF_CHECK_AFTER", default_value = "300", value_parser = seconds(1..))]
     pub hand_off_check_after: Duration,
 
+    /// Seconds after the outbox has delivered past a minute that it reads the
+    /// minute once more for rows that arrived late, then deletes it.
+    #[arg(long = "outbox-settle", env = "REVSTORE_OUTBOX_SETTLE", default_value = "600", value_parser = seconds(1..))]
+    pub outbox_settle: Duration,
+
     /// old-store's base URL: revisions not held here are read from it, and the
     /// first render of each revision is handed to it.
     #[arg(long, env = "REVSTORE_OLD_STORE_URL")]
@@ -149,7 +154,7 @@ impl ServiceDefinition for CurrentStore {
         let platform = Platform::new(Self::SCHEMA, store.clone(), settings, routes::ApiDoc::openapi());
         if old_store.is_some() || graph.is_some() {
             let receivers = outbox::Receivers { old_store: old_store.clone(), graph };
-            platform.spawn_worker(outbox::Delivery::new(store, receivers, outbox_margin));
+            platform.spawn_worker(outbox::Delivery::new(store, receivers, outbox_margin).settle_after(args.outbox_settle));
         }
         if old_store.is_none() {
             tracing::warn!(service = "current-store", "no --old-store-url: revisions are not handed to old-store");

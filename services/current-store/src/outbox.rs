@@ -340,6 +340,9 @@ pub struct Delivery {
     holder: String,
     /// How far the delivered-through position trails now.
     margin: Duration,
+    /// How long after that position passed a minute it is read once more
+    /// and deleted ([`SETTLE`] unless set).
+    settle: Duration,
     held: BTreeMap<i64, HeldShard>,
     /// When (store clock, ms) the leases are next renewed and looked for.
     next_lease_round: i64,
@@ -359,7 +362,13 @@ impl Delivery {
         metrics::gauge!("outbox_shards_held", "service" => crate::SERVICE).set(0.0);
         let host = hostname();
         let holder = format!("{host}/{}", &Uuid::new_v4().simple().to_string()[..8]);
-        Delivery { store, receivers, holder, margin, held: BTreeMap::new(), next_lease_round: i64::MIN }
+        Delivery { store, receivers, holder, margin, settle: SETTLE, held: BTreeMap::new(), next_lease_round: i64::MIN }
+    }
+
+    /// Settles each delivered minute this long after the delivered-through
+    /// position passed it (`--outbox-settle`), instead of [`SETTLE`].
+    pub fn settle_after(self, settle: Duration) -> Self {
+        Delivery { settle, ..self }
     }
 
     /// Renews the leases this replica holds (storing how far each shard is
@@ -535,13 +544,14 @@ impl Worker for Delivery {
         // lapsed mid-round would hand the shard to another replica, which
         // would send the same rows beside this one.
         let positions: Vec<(i64, Tid)> = self.held.iter().map(|(&shard, held)| (shard, held.delivered_through)).collect();
-        let (store, receivers, margin, holder) = (&self.store, &self.receivers, self.margin, self.holder.as_str());
+        let (store, receivers, holder) = (&self.store, &self.receivers, self.holder.as_str());
+        let (margin, settle) = (self.margin, self.settle);
         let mut next_lease_round = self.next_lease_round;
         let mut renewed_meanwhile = Vec::new();
         let due = self.held.iter_mut().filter(|(_, held)| held.paused_until <= now_ms);
         let rounds = {
             let mut rounds = std::pin::pin!(futures_util::future::join_all(due.map(|(&shard, held)| async move {
-                let result = deliver_shard(store, receivers, shard, held, margin).await;
+                let result = deliver_shard(store, receivers, shard, held, margin, settle).await;
                 (shard, held, result)
             })));
             loop {
@@ -646,6 +656,7 @@ async fn deliver_shard(
     shard: i64,
     held: &mut HeldShard,
     margin: Duration,
+    settle: Duration,
 ) -> Result<Round, ShardFailure> {
     let now = store.now();
     let mut round = Round::default();
@@ -735,10 +746,10 @@ async fn deliver_shard(
         }
         held.delivered_through = target;
     }
-    // Minutes the delivered-through position passed [`SETTLE`] ago: read
+    // Minutes the delivered-through position passed `settle` ago: read
     // once more for rows that arrived late, then deleted whole (one
     // partition delete each) if anything is in them.
-    let settled = (held.delivered_through.unix_micros() - SETTLE.as_micros() as i64).div_euclid(MINUTE_MICROS);
+    let settled = (held.delivered_through.unix_micros() - settle.as_micros() as i64).div_euclid(MINUTE_MICROS);
     let done: Vec<i64> = held.minutes_seen.range(..settled).copied().collect();
     for minute in done {
         let (late, rows) = deliver_late_rows(store, receivers, shard, minute, &mut held.faults).await?;
@@ -753,7 +764,8 @@ async fn deliver_shard(
 
 /// How long after the delivered-through position passed a minute it is read
 /// once more for rows that arrived late, and deleted: a row arriving later
-/// than the margin and within this is still delivered (and counted).
+/// than the margin and within this is still delivered (and counted). The
+/// default of `--outbox-settle`.
 pub const SETTLE: Duration = Duration::from_secs(600);
 
 /// Delivers the rows of a minute the delivered-through position has passed

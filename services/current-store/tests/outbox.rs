@@ -194,6 +194,31 @@ async fn a_row_later_than_the_margin_is_delivered_when_its_minute_settles() {
     assert_eq!((count(&received, "On_time", 1), count(&received, &beside, 1), count(&received, &empty_minute, 1)), (1, 1, 1));
 }
 
+/// `--outbox-settle` moves when a minute settles: with five minutes, a row
+/// arriving two minutes late is delivered five minutes after the position
+/// passed its minute, where the default's ten would still wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_settles_after_the_settle_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_now();
+    let store = store(dir.path(), &clock).await;
+    let (receivers, received) = receiver().await;
+    let settle = Duration::from_secs(300);
+    let mut delivery = Delivery::new(store.clone(), receivers, MARGIN).settle_after(settle);
+    queue(&store, "On_time", 1, store.now() - Duration::from_secs(1)).await;
+    round(&mut delivery).await;
+    clock.advance(MARGIN + Duration::from_secs(120));
+    round(&mut delivery).await;
+    let beside = same_shard_as("On_time");
+    queue(&store, &beside, 1, store.now() - MARGIN - Duration::from_secs(120)).await;
+    round(&mut delivery).await;
+    assert_eq!(count(&received, &beside, 1), 0, "behind the delivered-through position");
+    clock.advance(settle);
+    assert!(MARGIN + Duration::from_secs(120) + settle < MARGIN + SETTLE, "the default would not have settled the minute yet");
+    round(&mut delivery).await;
+    assert_eq!(count(&received, &beside, 1), 1, "not delivered once its minute settled at the settle set");
+}
+
 /// A receiver that fails (500) on every archive of `broken`, and what it took.
 async fn receiver_failing_on(broken: &'static str) -> (Receivers, Received, Arc<Mutex<u32>>) {
     let received: Received = Arc::default();
